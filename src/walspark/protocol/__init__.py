@@ -1,0 +1,106 @@
+"""The pgoutput wire protocol, bytes ⇄ typed messages — pure Python, no I/O.
+
+:mod:`walspark.protocol` decodes and encodes every message of PostgreSQL's logical
+replication protocol as produced by the ``pgoutput`` plugin, versions 1 to 4 (streamed
+transactions, two-phase commit, parallel-streaming Stream Abort), plus the
+streaming-replication frames that carry them (XLogData ``w``, primary keepalive ``k``,
+standby status update ``r``). It never opens a connection and never imports Spark, so it
+can be used alone as a fast, strict pgoutput decoder.
+
+Typical use::
+
+    from walspark.protocol import Decoder, XLogData, format_lsn
+
+    decoder = Decoder(protocol_version=4, streaming_parallel=True)
+    frame = XLogData.decode(copy_data)
+    message = decoder.decode(frame.payload, lsn=frame.data_start)
+
+All malformed input raises :class:`ProtocolError` (with kind, offset and LSN).
+"""
+
+from .decoder import MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Decoder, decode_message
+from .encoder import encode_message, encode_tuple
+from .errors import ProtocolError
+from .framing import Frame, PrimaryKeepalive, StandbyStatusUpdate, XLogData, decode_frame, encode_frame
+from .lsn import (
+    INVALID_LSN,
+    MAX_LSN,
+    PG_EPOCH,
+    datetime_to_pg_timestamp,
+    format_lsn,
+    parse_lsn,
+    pg_timestamp_to_datetime,
+)
+from .messages import (
+    Begin,
+    BeginPrepare,
+    Commit,
+    CommitPrepared,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    Origin,
+    PgoutputMessage,
+    Prepare,
+    Relation,
+    RelationColumn,
+    RollbackPrepared,
+    StreamAbort,
+    StreamCommit,
+    StreamPrepare,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    TupleColumn,
+    TupleData,
+    Type,
+    Update,
+)
+
+__all__ = [
+    "INVALID_LSN",
+    "MAX_LSN",
+    "MAX_PROTOCOL_VERSION",
+    "MIN_PROTOCOL_VERSION",
+    "PG_EPOCH",
+    "Begin",
+    "BeginPrepare",
+    "Commit",
+    "CommitPrepared",
+    "Decoder",
+    "Delete",
+    "Frame",
+    "Insert",
+    "LogicalMessage",
+    "Message",
+    "Origin",
+    "PgoutputMessage",
+    "Prepare",
+    "PrimaryKeepalive",
+    "ProtocolError",
+    "Relation",
+    "RelationColumn",
+    "RollbackPrepared",
+    "StandbyStatusUpdate",
+    "StreamAbort",
+    "StreamCommit",
+    "StreamPrepare",
+    "StreamStart",
+    "StreamStop",
+    "Truncate",
+    "TupleColumn",
+    "TupleData",
+    "Type",
+    "Update",
+    "XLogData",
+    "datetime_to_pg_timestamp",
+    "decode_frame",
+    "decode_message",
+    "encode_frame",
+    "encode_message",
+    "encode_tuple",
+    "format_lsn",
+    "parse_lsn",
+    "pg_timestamp_to_datetime",
+]
