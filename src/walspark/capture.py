@@ -1,0 +1,152 @@
+"""Capture files: pgoutput messages at rest, exactly as a slot returned them.
+
+A capture is a Parquet (or Arrow IPC, by the ``.arrow`` suffix) file with two columns, in stream
+order (ARCHITECTURE.md): ``lsn`` (int64, the message's LSN as PostgreSQL reports it) and
+``data`` (binary, one pgoutput message) — the rows of ``pg_logical_slot_peek_binary_changes``.
+The pgoutput options the messages were produced with travel in the file's schema metadata,
+because the bytes alone do not say which protocol version they follow.
+
+Captures make bugs reproducible and tests independent of a server: ``walspark capture`` writes
+one from a slot, ``walspark decode`` prints one, and the batch data source reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([pa.field("lsn", pa.int64(), nullable=False), pa.field("data", pa.binary(), nullable=False)])
+_META_OPTIONS = b"walspark.pgoutput_options"
+_META_SERVER = b"walspark.server_version_num"
+_META_SLOT = b"walspark.slot"
+
+#: Rows per written batch: large enough for Parquet to compress well, small enough to stream.
+BATCH_ROWS = 65_536
+
+
+class CaptureError(RuntimeError):
+    """A capture file is missing, unreadable or not in the capture format."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureInfo:
+    """What a capture says about how its messages were produced."""
+
+    options: Mapping[str, str] = field(default_factory=dict)
+    server_version_num: int | None = None
+    slot: str | None = None
+
+    @property
+    def protocol_version(self) -> int:
+        """pgoutput's ``proto_version`` (1 when the capture does not say)."""
+        return int(self.options.get("proto_version", "1"))
+
+    @property
+    def streaming_parallel(self) -> bool:
+        """Whether Stream Abort messages carry the v4 abort LSN and timestamp."""
+        return self.options.get("streaming", "off") == "parallel"
+
+    @property
+    def binary(self) -> bool:
+        return self.options.get("binary", "false") in ("true", "on", "1")
+
+    def schema_metadata(self) -> dict[bytes, bytes]:
+        meta = {_META_OPTIONS: json.dumps(dict(self.options), sort_keys=True).encode()}
+        if self.server_version_num is not None:
+            meta[_META_SERVER] = str(self.server_version_num).encode()
+        if self.slot is not None:
+            meta[_META_SLOT] = self.slot.encode()
+        return meta
+
+    @classmethod
+    def from_schema(cls, schema: pa.Schema) -> CaptureInfo:
+        meta = schema.metadata or {}
+        options = json.loads(meta[_META_OPTIONS]) if _META_OPTIONS in meta else {}
+        server = int(meta[_META_SERVER]) if _META_SERVER in meta else None
+        slot = meta[_META_SLOT].decode() if _META_SLOT in meta else None
+        return cls(options, server, slot)
+
+
+def _is_ipc(path: Path) -> bool:
+    return path.suffix in (".arrow", ".feather", ".ipc")
+
+
+def write_capture(
+    path: str | os.PathLike[str], rows: Iterable[tuple[int, bytes]], info: CaptureInfo = CaptureInfo()
+) -> int:
+    """Write ``(lsn, message)`` rows, in stream order, to a capture file; returns the row count.
+
+    Written to a temporary name and renamed at the end, so a capture that exists is complete.
+    """
+    path = Path(path)
+    schema = SCHEMA.with_metadata(info.schema_metadata())
+    partial = path.with_name(path.name + ".partial")
+    count = 0
+    writer: pq.ParquetWriter | ipc.RecordBatchFileWriter
+    writer = ipc.new_file(str(partial), schema) if _is_ipc(path) else pq.ParquetWriter(str(partial), schema)
+    try:
+        lsns: list[int] = []
+        datas: list[bytes] = []
+        for lsn, data in rows:
+            lsns.append(lsn)
+            datas.append(data)
+            if len(lsns) >= BATCH_ROWS:
+                writer.write_batch(pa.record_batch([lsns, datas], schema=schema))
+                count += len(lsns)
+                lsns, datas = [], []
+        if lsns or count == 0:
+            writer.write_batch(pa.record_batch([lsns, datas], schema=schema))
+            count += len(lsns)
+    except BaseException:
+        writer.close()
+        partial.unlink(missing_ok=True)
+        raise
+    writer.close()
+    os.replace(partial, path)
+    return count
+
+
+class CaptureFile:
+    """A capture opened for reading: its :class:`CaptureInfo` and its rows, batch by batch."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            if _is_ipc(self.path):
+                self._ipc = ipc.open_file(pa.memory_map(str(self.path)))
+                schema = self._ipc.schema
+            else:
+                self._parquet = pq.ParquetFile(str(self.path))
+                schema = self._parquet.schema_arrow
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise CaptureError(f"cannot read capture {self.path}: {exc}") from exc
+        missing = [name for name in SCHEMA.names if name not in schema.names]
+        if missing:
+            raise CaptureError(f"{self.path} is not a capture file: no column {', '.join(missing)} (needs lsn, data)")
+        self.info = CaptureInfo.from_schema(schema)
+
+    @property
+    def num_rows(self) -> int:
+        if _is_ipc(self.path):
+            return sum(self._ipc.get_batch(i).num_rows for i in range(self._ipc.num_record_batches))
+        return self._parquet.metadata.num_rows
+
+    def iter_batches(self, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """The rows as Arrow record batches of ``lsn`` and ``data``, in stream order."""
+        if _is_ipc(self.path):
+            for i in range(self._ipc.num_record_batches):
+                yield self._ipc.get_batch(i).select(SCHEMA.names)
+        else:
+            yield from self._parquet.iter_batches(batch_size=batch_rows, columns=SCHEMA.names)
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        """``(lsn, message)`` pairs in stream order."""
+        for batch in self.iter_batches():
+            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
