@@ -1,0 +1,57 @@
+"""PostgreSQL value formats (text and binary) -> Python values, Arrow arrays, Spark types.
+
+Pure: no I/O, no Spark import at module level. Entry points:
+
+* :class:`TypeRegistry` — type OID (+ typmod, :class:`ColumnOptions`) -> :class:`Codec`;
+  register enums, domains, composites, user ranges and arrays on it.
+* :func:`to_arrow_array` — one TupleData column of a batch -> Arrow (+ unchanged mask).
+* :func:`arrow_schema` / :func:`spark_schema` — Relation columns -> schemas.
+* :func:`decode_value` — one value -> its Python value.
+
+See docs/types.md for every type's mapping and each policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import oids
+from .arrays import PgArray, format_array
+from .arrow import (
+    ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_tuples, default_registry,
+    to_arrow_array, unchanged_columns_array,
+)
+from .codecs import Codec
+from .datetimes import PgDate, PgTime, PgTimestamp
+from .errors import ValueConversionError
+from .interval import Interval
+from .numeric import NumericPolicy
+from .ranges import Range
+from .registry import ColumnOptions, TypeRegistry, UnknownTypeWarning
+from .spark_types import spark_schema, spark_type
+
+__all__ = [
+    "oids", "Codec", "ColumnOptions", "ColumnSpec", "DecodedColumn", "Interval", "NumericPolicy", "PgArray",
+    "PgDate", "PgTime", "PgTimestamp", "Range", "TypeRegistry", "UnknownTypeWarning", "ValueConversionError",
+    "arrow_field", "arrow_schema", "column_codecs", "decode_tuples", "decode_value", "default_registry",
+    "format_array", "spark_schema", "spark_type", "to_arrow_array", "unchanged_columns_array",
+    "RECOMMENDED_SESSION_SETTINGS",
+]
+
+#: Settings for the replication connection under which every text form is parsed exactly
+#: (pass as startup options, e.g. ``options='-c DateStyle=ISO ...'``).
+RECOMMENDED_SESSION_SETTINGS: dict[str, str] = {
+    "DateStyle": "ISO",
+    "IntervalStyle": "postgres",
+    "extra_float_digits": "1",
+    "bytea_output": "hex",
+    "client_encoding": "UTF8",
+}
+
+
+def decode_value(type_oid: int, kind: str, data: bytes | None, *, type_modifier: int = -1,
+                 registry: TypeRegistry | None = None, options: ColumnOptions | None = None) -> Any:
+    """Decode one TupleData value ('t' text, 'b' binary; 'n'/'u' give None) to Python."""
+    reg = registry or default_registry()
+    codec = reg.resolve(type_oid, type_modifier, options or ColumnOptions(), binary=kind == "b")
+    return codec.decode(kind, data)

@@ -1,0 +1,58 @@
+"""Composite (row) types: record_out text and record_send binary.
+
+A composite column decodes to a ``dict`` (Arrow/Spark ``struct``) only when its fields
+are known — registered with :meth:`TypeRegistry.register_composite` from a catalog
+lookup or from pgoutput's Type message plus the caller's knowledge. An unregistered
+composite OID is an unknown type (text kept as string, binary as bytes).
+
+Text: ``(f1,f2,...)``; an empty unquoted field is NULL, ``""`` is the empty string,
+quoted fields double ``"`` and ``\\``. Binary: int32 field count, then per field the
+field's type OID (uint32) and int32 length (-1: NULL) + its binary value.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ._scan import Reader, quote_field, scan_field, to_str
+from .errors import ValueConversionError
+
+__all__ = ["parse_record_text", "decode_record_binary", "format_record"]
+
+
+def parse_record_text(data: bytes | str) -> list[str | None]:
+    s = to_str(data)
+    if not s.startswith("(") or not s.endswith(")"):
+        raise ValueConversionError("record text must be enclosed in parentheses", value=s)
+    fields: list[str | None] = []
+    pos = 1
+    while True:
+        value, pos = scan_field(s, pos, ",)")
+        fields.append(value)
+        if pos >= len(s):
+            raise ValueConversionError("record text lacks ')'", value=s)
+        if s[pos] == ")":
+            break
+        pos += 1
+    if pos != len(s) - 1:
+        raise ValueConversionError("text after the record", value=s)
+    return fields
+
+
+def decode_record_binary(data: bytes) -> list[tuple[int, bytes | None]]:
+    r = Reader(data)
+    n = r.i32()
+    if n < 0:
+        raise ValueConversionError("invalid record field count", value=data)
+    out = []
+    for _ in range(n):
+        oid = r.u32()
+        out.append((oid, r.counted()))
+    r.expect_end()
+    return out
+
+
+def format_record(fields: Sequence[str | None]) -> str:
+    """record_out's text for already-rendered field texts (None = NULL)."""
+    return "(" + ",".join(quote_field(f) for f in fields) + ")"
+
