@@ -152,7 +152,7 @@ def _maker(cls: type[_T]) -> Callable[..., _T]:
     namespace.update({f"_set_{name}": getattr(cls, name).__set__ for name in names})
     body = "".join(f"    _set_{name}(obj, {name})\n" for name in names)
     source = f"def make({', '.join(names)}):\n    obj = _new(_cls)\n{body}    return obj\n"
-    exec(source, namespace)  # noqa: S102 - fixed template over dataclass field names
+    exec(source, namespace)  # a fixed template over the dataclass's own field names
     return namespace["make"]  # type: ignore[return-value]
 
 
@@ -519,6 +519,8 @@ def _decode_stream_abort(buf: bytes, lsn: int | None, in_stream: bool, abort_inf
     # None = "unknown options": the length decides (9 or 25; anything else is an error).
     if abort_info is None:
         abort_info = len(buf) > 1 + _STREAM_ABORT.size
+    abort_lsn: int | None
+    abort_timestamp: int | None
     if abort_info:
         xid, subxid, abort_lsn, abort_timestamp = _exact("Stream Abort", buf, 1, _STREAM_ABORT_V4, lsn)
     else:
@@ -530,29 +532,34 @@ def _decode_stream_abort(buf: bytes, lsn: int | None, in_stream: bool, abort_inf
 
 
 def _decode_begin_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> BeginPrepare:
-    fields, gid = _read_head_and_gid("Begin Prepare", buf, _BEGIN_PREPARE, lsn, has_flags=False)
-    return BeginPrepare(*fields, gid)
+    (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
+        "Begin Prepare", buf, _BEGIN_PREPARE, lsn, has_flags=False)
+    return BeginPrepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
 
 
 def _decode_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> Prepare:
-    fields, gid = _read_head_and_gid("Prepare", buf, _PREPARE, lsn, has_flags=True)
-    return Prepare(*fields, gid)
+    (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
+        "Prepare", buf, _PREPARE, lsn, has_flags=True)
+    return Prepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
 
 
 def _decode_commit_prepared(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> CommitPrepared:
-    fields, gid = _read_head_and_gid("Commit Prepared", buf, _COMMIT_PREPARED, lsn, has_flags=True)
-    return CommitPrepared(*fields, gid)
+    (commit_lsn, end_lsn, commit_timestamp, xid), gid = _read_head_and_gid(
+        "Commit Prepared", buf, _COMMIT_PREPARED, lsn, has_flags=True)
+    return CommitPrepared(commit_lsn, end_lsn, commit_timestamp, xid, gid)
 
 
 def _decode_rollback_prepared(buf: bytes, lsn: int | None, in_stream: bool,
                               abort_info: bool | None) -> RollbackPrepared:
-    fields, gid = _read_head_and_gid("Rollback Prepared", buf, _ROLLBACK_PREPARED, lsn, has_flags=True)
-    return RollbackPrepared(*fields, gid)
+    (prepare_end_lsn, rollback_end_lsn, prepare_timestamp, rollback_timestamp, xid), gid = _read_head_and_gid(
+        "Rollback Prepared", buf, _ROLLBACK_PREPARED, lsn, has_flags=True)
+    return RollbackPrepared(prepare_end_lsn, rollback_end_lsn, prepare_timestamp, rollback_timestamp, xid, gid)
 
 
 def _decode_stream_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> StreamPrepare:
-    fields, gid = _read_head_and_gid("Stream Prepare", buf, _PREPARE, lsn, has_flags=True)
-    return StreamPrepare(*fields, gid)
+    (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
+        "Stream Prepare", buf, _PREPARE, lsn, has_flags=True)
+    return StreamPrepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
 
 
 # --------------------------------------------------------------------------- dispatch

@@ -86,7 +86,7 @@ def encode_tuple(tuple_data: TupleData) -> bytes:
     if len(kinds) != len(values):
         raise ValueError(f"TupleData has {len(kinds)} kinds but {len(values)} values")
     parts = [_U16.pack(len(kinds))]
-    for i, (kind, value) in enumerate(zip(kinds, values)):
+    for i, (kind, value) in enumerate(zip(kinds, values, strict=True)):
         if kind in _VALUED_KINDS:
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 raise ValueError(f"TupleData column {i} of kind {kind!r} needs a bytes value")

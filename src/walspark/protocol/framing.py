@@ -39,8 +39,8 @@ Buffer = bytes | bytearray | memoryview
 
 
 def _as_bytes(data: Buffer) -> bytes:
-    if data.__class__ is bytes:
-        return data  # type: ignore[return-value]
+    if isinstance(data, bytes):
+        return data
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"expected bytes, bytearray or memoryview, not {type(data).__name__}")
@@ -159,7 +159,8 @@ def _pack(kind: str, layout: struct.Struct, *values: int) -> bytes:
 
 Frame: TypeAlias = XLogData | PrimaryKeepalive | StandbyStatusUpdate
 
-_FRAMES: Final = {0x77: XLogData, 0x6B: PrimaryKeepalive, 0x72: StandbyStatusUpdate}
+_FRAMES: Final[dict[int, type[XLogData] | type[PrimaryKeepalive] | type[StandbyStatusUpdate]]] = {
+    0x77: XLogData, 0x6B: PrimaryKeepalive, 0x72: StandbyStatusUpdate}
 
 
 def decode_frame(data: Buffer) -> Frame:

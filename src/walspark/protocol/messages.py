@@ -17,6 +17,7 @@ message reproduces the original bytes:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, NamedTuple, TypeAlias
@@ -95,9 +96,10 @@ class TupleData:
         return tuple(map(TupleColumn, self.kinds, self.values))
 
     @classmethod
-    def from_columns(cls, columns: "list[tuple[str, bytes | None]] | tuple[tuple[str, bytes | None], ...]") -> TupleData:
+    def from_columns(cls, columns: Iterable[tuple[str, bytes | None]]) -> TupleData:
         """Build from (kind, value) pairs, e.g. ``[("t", b"1"), ("n", None)]``."""
-        return cls("".join(k for k, _ in columns), tuple(v for _, v in columns))
+        pairs = tuple(columns)
+        return cls("".join(kind for kind, _ in pairs), tuple(value for _, value in pairs))
 
 
 # --------------------------------------------------------------------------- transaction control
