@@ -657,7 +657,7 @@ _LOW_LEVEL_ERRORS: Final = (struct.error, IndexError, UnicodeDecodeError, ValueE
 
 def _as_bytes(data: Buffer) -> bytes:
     """One copy of a bytearray/memoryview into ``bytes`` so all readers work on one type."""
-    if isinstance(data, (bytearray, memoryview)):
+    if isinstance(data, (bytes, bytearray, memoryview)):
         return bytes(data)
     raise TypeError(f"expected bytes, bytearray or memoryview, not {type(data).__name__}")
 
