@@ -1,0 +1,84 @@
+"""Relation schemas as the stream describes them, with versions.
+
+pgoutput sends a Relation message before the first change of a table in a session and again
+after its definition changes (``ALTER TABLE``), so the meaning of a TupleData depends on the
+last Relation message for its table. :class:`RelationCache` keeps that last message per
+relation and numbers its *shapes*: a Relation that differs from the previous one (a column
+added, dropped, renamed, retyped, key flags changed) starts a new version; the same Relation
+sent again (a new session, a cache invalidation) does not. Change rows carry the version they
+were decoded with, so a consumer can evolve a target table exactly where the shape changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from walspark.protocol import Relation, RelationColumn, Type
+
+
+@dataclass(frozen=True, slots=True)
+class RelationVersion:
+    """One shape of one relation: the Relation message in force, and its version number."""
+
+    relation: Relation
+    version: int
+
+    @property
+    def relation_id(self) -> int:
+        return self.relation.relation_id
+
+    @property
+    def schema(self) -> str:
+        """The namespace; pgoutput sends an empty string for ``pg_catalog``."""
+        return self.relation.namespace or "pg_catalog"
+
+    @property
+    def table(self) -> str:
+        return self.relation.relation_name
+
+    @property
+    def columns(self) -> tuple[RelationColumn, ...]:
+        return self.relation.columns
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The replica identity columns (empty for REPLICA IDENTITY NOTHING, or FULL without a key)."""
+        return tuple(column.name for column in self.relation.columns if column.is_key)
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+def _shape(relation: Relation) -> tuple:
+    return (relation.namespace, relation.relation_name, relation.replica_identity, relation.columns)
+
+
+class RelationCache:
+    """The Relation (and Type) messages in force, per relation id, with shape versions."""
+
+    def __init__(self) -> None:
+        self._current: dict[int, RelationVersion] = {}
+        self.types: dict[int, Type] = {}
+
+    def apply(self, relation: Relation) -> RelationVersion:
+        """Take a Relation message; returns the version now in force for that relation."""
+        current = self._current.get(relation.relation_id)
+        if current is not None and _shape(current.relation) == _shape(relation):
+            return current
+        version = RelationVersion(relation, 1 if current is None else current.version + 1)
+        self._current[relation.relation_id] = version
+        return version
+
+    def apply_type(self, message: Type) -> None:
+        self.types[message.type_oid] = message
+
+    def get(self, relation_id: int) -> RelationVersion | None:
+        return self._current.get(relation_id)
+
+    def __contains__(self, relation_id: int) -> bool:
+        return relation_id in self._current
+
+    def versions(self) -> list[RelationVersion]:
+        """Every relation's current version (e.g. to carry into the next segment)."""
+        return list(self._current.values())
