@@ -296,9 +296,8 @@ class ArrayCodec(Codec):
             return parse_vector_text(data)
         return parse_array_text(data, self.element.delimiter)
 
-    @staticmethod
-    def _python(p: ParsedArray) -> Any:
-        if p.default_bounds or not p.dims:
+    def _python(self, p: ParsedArray) -> Any:
+        if p.default_bounds or not p.dims or self.vector:
             return p.nested()
         return PgArray(p.nested(), p.lower_bounds)
 
