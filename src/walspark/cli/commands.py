@@ -1,3 +1,4 @@
 """Registers every subcommand on the ``walspark`` group (one module per command family)."""
 
 from walspark.cli import capture, demo  # noqa: F401
+from walspark.cli import slots  # noqa: F401

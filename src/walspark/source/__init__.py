@@ -1,0 +1,108 @@
+"""The replication source: slots, publications and a live pgoutput stream with safe feedback.
+
+* :mod:`.names`, :mod:`.dsn` — name validation and quoting, DSN password redaction;
+* :mod:`.publications`, :mod:`.slots` — management over ordinary SQL, slot inspection
+  (retained WAL, lag), slot creation with an exported snapshot;
+* :mod:`.options` — pgoutput options negotiated from the server version;
+* :mod:`.stream` — :class:`ReplicationStream`: raw messages, ``confirm(lsn)``, feedback that
+  never reports more than the consumer confirmed, keepalives, reconnects;
+* :mod:`.dedup` — :class:`DuplicateFilter`: each transaction once across reconnects;
+* :mod:`.reconnect` — :class:`ReconnectPolicy` (exponential backoff with jitter);
+* :mod:`.errors` — one-line, actionable errors with a ``retryable`` flag.
+
+This package may import :mod:`walspark.protocol`, never Spark.
+"""
+
+from __future__ import annotations
+
+from .dedup import DuplicateFilter
+from .dsn import redact_dsn, redact_secrets
+from .errors import (
+    AuthenticationFailed,
+    ConnectionLost,
+    DatabaseNotFound,
+    InvalidDsn,
+    InvalidName,
+    OptionError,
+    PermissionDenied,
+    PublicationNotFound,
+    ReconnectExhausted,
+    ReplicationError,
+    SlotExists,
+    SlotInUse,
+    SlotInvalidated,
+    SlotNotFound,
+    SourceError,
+    WalLevelNotLogical,
+)
+from .names import quote_repl_ident, quote_repl_literal, validate_publication_name, validate_slot_name
+from .options import ResolvedOptions, StreamOptions, max_protocol_version
+from .publications import (
+    PublicationInfo,
+    create_publication,
+    drop_publication,
+    get_publication,
+    list_publications,
+    missing_publications,
+)
+from .reconnect import ReconnectPolicy
+from .slots import (
+    CreatedSlot,
+    SlotInfo,
+    SlotSnapshot,
+    create_slot,
+    create_slot_with_snapshot,
+    drop_slot,
+    get_slot,
+    list_slots,
+)
+from .stream import RawMessage, Reconnected, ReplicationStream, StreamItem, StreamPositions
+
+__all__ = [
+    "AuthenticationFailed",
+    "ConnectionLost",
+    "CreatedSlot",
+    "DatabaseNotFound",
+    "DuplicateFilter",
+    "InvalidDsn",
+    "InvalidName",
+    "OptionError",
+    "PermissionDenied",
+    "PublicationInfo",
+    "PublicationNotFound",
+    "RawMessage",
+    "ReconnectExhausted",
+    "ReconnectPolicy",
+    "Reconnected",
+    "ReplicationError",
+    "ReplicationStream",
+    "ResolvedOptions",
+    "SlotExists",
+    "SlotInUse",
+    "SlotInfo",
+    "SlotInvalidated",
+    "SlotNotFound",
+    "SlotSnapshot",
+    "SourceError",
+    "StreamItem",
+    "StreamOptions",
+    "StreamPositions",
+    "WalLevelNotLogical",
+    "create_publication",
+    "create_slot",
+    "create_slot_with_snapshot",
+    "drop_publication",
+    "drop_slot",
+    "get_publication",
+    "get_slot",
+    "list_publications",
+    "list_slots",
+    "max_protocol_version",
+    "missing_publications",
+    "quote_repl_ident",
+    "quote_repl_literal",
+    "redact_dsn",
+    "redact_secrets",
+    "validate_publication_name",
+    "validate_slot_name",
+]

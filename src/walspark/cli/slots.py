@@ -1,0 +1,176 @@
+"""``walspark slot create|drop|list`` and ``walspark status``: replication slots from the command line.
+
+LSNs are printed as ``X/Y`` (also in ``--json``), byte counts as integers in JSON and with a
+unit for humans. Errors are one line, say what to do, and never show a password (every DSN
+printed goes through :func:`walspark.source.dsn.redact_dsn`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from walspark.cli.main import cli
+
+_DSN_HELP = "libpq connection string or URI of the slot's database (or $WALSPARK_DSN); sslmode etc. pass through."
+
+
+class SourceCommandError(click.ClickException):
+    """A one-line CLI error (exit status 1)."""
+
+
+@contextmanager
+def _errors(dsn: str) -> Iterator[None]:
+    """Turn walspark source errors (and anything unexpected) into one redacted line."""
+    from walspark.source.dsn import redact_secrets
+    from walspark.source.errors import SourceError
+
+    try:
+        yield
+    except SourceError as exc:
+        raise SourceCommandError(redact_secrets(exc.message, dsn)) from None
+    except click.ClickException:
+        raise
+    except Exception as exc:  # a bug or an unexpected driver error: still one line, still redacted
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise SourceCommandError(f"{type(exc).__name__}: {redact_secrets(text, dsn)}") from None
+
+
+def _connect(dsn: str) -> Any:
+    from walspark.source.connect import connect_sql
+
+    return connect_sql(dsn)
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit} ({n} B)"
+        size /= 1024
+    return f"{n} B"
+
+
+def _dsn_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--dsn", required=True, envvar="WALSPARK_DSN", help=_DSN_HELP)(f)
+
+
+@cli.group()
+def slot() -> None:
+    """Create, drop and list pgoutput replication slots."""
+
+
+@slot.command("create")
+@_dsn_option
+@click.option("--slot", "name", required=True, help="Slot name: 1-63 of [a-z0-9_].")
+@click.option("--two-phase", is_flag=True, help="Enable two-phase decoding on the slot (PostgreSQL 14+).")
+@click.option("--if-not-exists", is_flag=True, help="Succeed without change if the slot exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def slot_create(dsn: str, name: str, two_phase: bool, if_not_exists: bool, as_json: bool) -> None:
+    """Create a logical slot using pgoutput in the DSN's database."""
+    from walspark.protocol.lsn import format_lsn
+    from walspark.source.slots import create_slot, get_slot
+
+    with _errors(dsn), _connect(dsn) as conn:
+        existing = get_slot(conn, name)
+        if existing is not None and if_not_exists:
+            point, created = existing.confirmed_flush_lsn or 0, False
+        else:
+            point, created = create_slot(conn, name, two_phase=two_phase).consistent_point, True
+    if as_json:
+        click.echo(json.dumps({"slot_name": name, "consistent_point": format_lsn(point), "created": created}))
+    elif created:
+        click.echo(f"created slot {name} (pgoutput) at {format_lsn(point)}")
+    else:
+        click.echo(f"slot {name} already exists (confirmed_flush_lsn {format_lsn(point)})")
+
+
+@slot.command("drop")
+@_dsn_option
+@click.option("--slot", "name", required=True, help="Slot name.")
+@click.option("--if-exists", is_flag=True, help="Succeed if the slot does not exist.")
+@click.option("--force", is_flag=True, help="Terminate the walsender using the slot first.")
+def slot_drop(dsn: str, name: str, if_exists: bool, force: bool) -> None:
+    """Drop a slot (the server then frees the WAL it retained)."""
+    from walspark.source.slots import drop_slot
+
+    with _errors(dsn), _connect(dsn) as conn:
+        dropped = drop_slot(conn, name, if_exists=if_exists, terminate_active=force)
+    click.echo(f"dropped slot {name}" if dropped else f"slot {name} does not exist")
+
+
+@slot.command("list")
+@_dsn_option
+@click.option("--all-databases", is_flag=True, help="Include slots of other databases.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+def slot_list(dsn: str, all_databases: bool, as_json: bool) -> None:
+    """List slots with their positions, lag and retained WAL."""
+    from walspark.source.slots import list_slots
+
+    with _errors(dsn), _connect(dsn) as conn:
+        database = None if all_databases else conn.info.dbname
+        slots = list_slots(conn, database=database)
+    if as_json:
+        click.echo(json.dumps([s.to_dict() for s in slots], indent=2))
+        return
+    if not slots:
+        click.echo("no replication slots" + ("" if all_databases else f" in database {database}"))
+        return
+    header = f"{'slot':<24} {'plugin':<10} {'database':<14} {'active':<6} {'confirmed_flush':>16} " \
+             f"{'restart_lsn':>14} {'lag bytes':>12} {'retained bytes':>15} wal_status"
+    click.echo(header)
+    for s in slots:
+        d = s.to_dict()
+        click.echo(
+            f"{s.slot_name:<24} {s.plugin or '-':<10} {s.database or '-':<14} {'yes' if s.active else 'no':<6} "
+            f"{d['confirmed_flush_lsn'] or '-':>16} {d['restart_lsn'] or '-':>14} "
+            f"{'-' if s.lag_bytes is None else s.lag_bytes:>12} "
+            f"{'-' if s.retained_bytes is None else s.retained_bytes:>15} {s.wal_status or '-'}"
+        )
+
+
+@cli.command()
+@_dsn_option
+@click.option("--slot", "name", required=True, help="Slot name.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
+def status(dsn: str, name: str, as_json: bool) -> None:
+    """Show one slot: plugin, activity, positions (X/Y), lag bytes, retained WAL, wal_status."""
+    from walspark.source.errors import SlotNotFound
+    from walspark.source.slots import get_slot
+
+    with _errors(dsn):
+        with _connect(dsn) as conn:
+            info = get_slot(conn, name)
+        if info is None:
+            raise SlotNotFound(f"replication slot {name!r} does not exist; create it with `walspark slot create`")
+    d = info.to_dict()
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    rows = [
+        ("slot", info.slot_name),
+        ("plugin", info.plugin or "-"),
+        ("type", info.slot_type),
+        ("database", info.database or "-"),
+        ("active", f"yes (walsender PID {info.active_pid})" if info.active else "no"),
+        ("temporary", "yes" if info.temporary else "no"),
+        ("two_phase", "-" if info.two_phase is None else ("yes" if info.two_phase else "no")),
+        ("confirmed_flush_lsn", d["confirmed_flush_lsn"] or "-"),
+        ("restart_lsn", d["restart_lsn"] or "-"),
+        ("current_wal_lsn", d["current_wal_lsn"]),
+        ("lag", _human_bytes(info.lag_bytes)),
+        ("retained WAL", _human_bytes(info.retained_bytes)),
+        ("wal_status", info.wal_status or "-"),
+    ]
+    if info.invalidated:
+        rows.append(("INVALIDATED", (info.invalidation_reason or "wal_status lost")
+                     + ": drop the slot, create a new one and re-snapshot"))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        click.echo(f"{key:<{width}}  {value}")

@@ -1,0 +1,148 @@
+"""COPY BOTH I/O on psycopg2's own libpq connection, through ctypes.
+
+Why not psycopg2's ``read_message()`` / ``send_feedback()``: reading psycopg2's C source
+(``psycopg/pqpath.c``, ``pq_read_replication_message`` and ``pq_send_replication_feedback``;
+``psycopg/replication_cursor_type.c``, ``send_feedback``) shows three things it does on its own:
+
+1. On every primary keepalive it *advances the flush position it will report* to the
+   keepalive's ``wal_end`` when ``explicitly_flushed_lsn >= last_msg_data_start`` — i.e. when
+   the highest flush we ever passed is at or past the *start* LSN of the last XLogData. That
+   is not "everything received is durable": the Begin of a long-running transaction has a
+   start LSN *below* the commit of the transaction delivered just before it, so after
+   confirming that earlier commit, a keepalive arriving while a slow consumer is still
+   behind on later, already-received transactions makes psycopg2 report ``wal_end`` as
+   flushed — the slot then skips data the consumer never made durable.
+2. It answers a keepalive that requests a reply *inside* ``read_message()``, with its stored
+   (possibly auto-advanced) positions.
+3. ``read_message()`` sends a status update by itself whenever ``status_interval`` elapsed,
+   again with the stored positions; and the stored positions only ever grow
+   (``send_feedback`` keeps the maximum), so a value once advanced cannot be taken back.
+
+None of this can be switched off through psycopg2's API. So walspark uses psycopg2 only to
+connect and to issue ``START_REPLICATION`` (after which the connection is in COPY BOTH mode),
+and then moves CopyData itself with libpq's ``PQgetCopyData`` / ``PQputCopyData`` on the very
+``PGconn`` psycopg2 opened (``connection.pgconn_ptr``). psycopg2's replication cursor is never
+read from again, so its feedback logic never runs: every standby status update on the wire is
+one walspark built, with positions walspark chose.
+
+The libpq functions are looked up *through psycopg2's extension module* (``dlsym`` on its
+handle searches its dependencies), which yields the libpq psycopg2 itself is linked against —
+essential, since a ``PGconn`` must only be used by the library that created it (psycopg 3's
+wheel ships a different libpq in the same process).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+__all__ = ["CopyBoth", "CopyEnded", "LibpqConnectionError"]
+
+_PGRES_COMMAND_OK = 1
+_PGRES_FATAL_ERROR = 7
+_PG_DIAG_SQLSTATE = ord("C")
+
+
+class LibpqConnectionError(Exception):
+    """The connection broke (``PQgetCopyData`` -2, ``PQconsumeInput``/``PQputCopyData`` failed)."""
+
+
+class CopyEnded(Exception):
+    """The server ended COPY BOTH; carries its error (``sqlstate``, message) if it sent one."""
+
+    def __init__(self, sqlstate: str | None, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.message = message
+
+
+@functools.cache
+def _lib() -> Any:
+    import psycopg2._psycopg as ext
+
+    lib = ctypes.CDLL(ext.__file__)
+    vp, i = ctypes.c_void_p, ctypes.c_int
+    for name, res, args in (
+        ("PQgetCopyData", i, [vp, ctypes.POINTER(vp), i]),
+        ("PQputCopyData", i, [vp, ctypes.c_char_p, i]),
+        ("PQflush", i, [vp]),
+        ("PQconsumeInput", i, [vp]),
+        ("PQsocket", i, [vp]),
+        ("PQgetResult", vp, [vp]),
+        ("PQresultStatus", i, [vp]),
+        ("PQresultErrorField", ctypes.c_char_p, [vp, i]),
+        ("PQresultErrorMessage", ctypes.c_char_p, [vp]),
+        ("PQclear", None, [vp]),
+        ("PQerrorMessage", ctypes.c_char_p, [vp]),
+        ("PQfreemem", None, [vp]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+class CopyBoth:
+    """Raw CopyData in and out of one ``PGconn`` already in COPY BOTH mode.
+
+    Not thread-safe by itself: the caller serialises calls (the stream holds a lock).
+    """
+
+    __slots__ = ("_buf", "_conn", "_lib")
+
+    def __init__(self, pgconn_ptr: int) -> None:
+        self._lib = _lib()
+        self._conn = ctypes.c_void_p(pgconn_ptr)
+        self._buf = ctypes.c_void_p()
+
+    def socket(self) -> int:
+        return self._lib.PQsocket(self._conn)
+
+    def read(self) -> bytes | None:
+        """One CopyData payload if a whole one is buffered, else None (never blocks)."""
+        lib = self._lib
+        n = lib.PQgetCopyData(self._conn, ctypes.byref(self._buf), 1)
+        if n > 0:
+            try:
+                return ctypes.string_at(self._buf.value, n)
+            finally:
+                lib.PQfreemem(self._buf)
+        if n == 0:
+            return None
+        if n == -1:
+            raise self._copy_end()
+        raise LibpqConnectionError(self._error())
+
+    def consume_input(self) -> None:
+        """Move whatever the socket holds into libpq's buffer (non-blocking)."""
+        if not self._lib.PQconsumeInput(self._conn):
+            raise LibpqConnectionError(self._error())
+
+    def write(self, data: bytes) -> None:
+        """Queue one CopyData message and flush it to the socket."""
+        lib = self._lib
+        if lib.PQputCopyData(self._conn, data, len(data)) != 1 or lib.PQflush(self._conn) != 0:
+            raise LibpqConnectionError(self._error())
+
+    def _error(self) -> str:
+        raw = self._lib.PQerrorMessage(self._conn)
+        return (raw or b"connection lost").decode(errors="replace").strip() or "connection lost"
+
+    def _copy_end(self) -> CopyEnded:
+        lib = self._lib
+        sqlstate: str | None = None
+        message = ""
+        for _ in range(100):  # drain results until NULL (bounded: never spin on a broken conn)
+            res = lib.PQgetResult(self._conn)
+            if not res:
+                break
+            try:
+                if lib.PQresultStatus(res) == _PGRES_FATAL_ERROR:
+                    state = lib.PQresultErrorField(res, _PG_DIAG_SQLSTATE)
+                    sqlstate = state.decode() if state else sqlstate
+                    msg = lib.PQresultErrorMessage(res)
+                    message = (msg or b"").decode(errors="replace").strip() or message
+            finally:
+                lib.PQclear(res)
+        return CopyEnded(sqlstate, message or self._error() or "the server ended the replication stream")

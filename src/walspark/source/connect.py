@@ -1,0 +1,137 @@
+"""Opening connections and turning driver errors into :mod:`walspark.source.errors`.
+
+Two drivers, each for what it does best: psycopg 3 for ordinary SQL (slots and publications
+management, status), psycopg2 for the replication connection, because it is the one of the
+two that can enter COPY BOTH mode (psycopg 3 has no replication support).
+
+Error classification is by SQLSTATE when the server sent one, by message text otherwise:
+libpq reports connection-time failures (bad password, missing database, no REPLICATION
+attribute) without a SQLSTATE in either driver. The texts matched are PostgreSQL's English
+messages; with another ``lc_messages`` an unknown failure is treated as a dropped connection
+(retryable), never as success.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .dsn import redact_dsn, redact_secrets, with_defaults
+from .errors import (
+    AuthenticationFailed,
+    ConnectionLost,
+    DatabaseNotFound,
+    InvalidDsn,
+    PermissionDenied,
+    PublicationNotFound,
+    ReplicationError,
+    SlotExists,
+    SlotInUse,
+    SlotInvalidated,
+    SlotNotFound,
+    SourceError,
+    WalLevelNotLogical,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["classify_error", "connect_replication", "connect_sql", "error_from_exception"]
+
+log = logging.getLogger(__name__)
+
+#: Added to every DSN that does not set them (see :mod:`walspark.source.dsn`).
+DEFAULT_PARAMS = {"connect_timeout": "10", "application_name": "walspark"}
+
+_RETRYABLE_STATES = {"55006", "57P01", "57P02", "57P03", "53300", "40001", "40P01"}
+_RETRYABLE_TEXT = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "terminating connection",
+    "server closed the connection",
+    "connection refused",
+    "could not connect",
+    "timeout expired",
+    "no connection to the server",
+    "connection reset",
+    "broken pipe",
+    "ssl syscall error",
+    "eof detected",
+)
+
+
+def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, what: str = "") -> SourceError:
+    """Map a server/driver error to the walspark error that says what to do about it."""
+    text = redact_secrets(" ".join(str(text).split()), dsn)
+    where = f" ({redact_dsn(dsn)})" if dsn else ""
+    prefix = f"{what}: " if what else ""
+    low = text.lower()
+    state = sqlstate or ""
+
+    def make(cls: type[SourceError], advice: str = "") -> SourceError:
+        return cls(f"{prefix}{text}{where}{'; ' + advice if advice else ''}", sqlstate=sqlstate)
+
+    if "replication slot" in low and "does not exist" in low:
+        return make(SlotNotFound, "create it with `walspark slot create` (or check --slot and the database)")
+    if "publication" in low and "does not exist" in low:
+        return make(PublicationNotFound, "create it (CREATE PUBLICATION) in the slot's database")
+    if state == "42710" or ("replication slot" in low and "already exists" in low):
+        return make(SlotExists, "pick another name or drop the old slot")
+    if "can no longer get changes" in low or "has been invalidated" in low or "was invalidated" in low:
+        return make(SlotInvalidated, "the WAL it needed is gone: drop the slot, create a new one and re-snapshot")
+    if "wal_level" in low:
+        return make(WalLevelNotLogical, "set wal_level = logical and restart PostgreSQL")
+    if state == "55006" or ("replication slot" in low and "is active for pid" in low):
+        return make(SlotInUse)
+    if state in ("28P01", "28000") or "password authentication failed" in low or "no pg_hba.conf entry" in low \
+            or "authentication failed" in low or ("role" in low and "does not exist" in low) \
+            or "password is required" in low or "pg_hba.conf rejects" in low:
+        return make(AuthenticationFailed, "check the user, password and pg_hba.conf")
+    if state == "42501" or "permission denied" in low or "must be superuser" in low \
+            or "must have replication" in low or "replication role" in low or "must be owner" in low:
+        return make(PermissionDenied, "the role needs the REPLICATION attribute (and ownership for DDL)")
+    if state == "3D000" or ("database" in low and "does not exist" in low):
+        return make(DatabaseNotFound, "check dbname in the connection string")
+    if state in _RETRYABLE_STATES or state.startswith("08") or not state:
+        if not state and not any(t in low for t in _RETRYABLE_TEXT):
+            # No SQLSTATE and an unknown text: still a transport-level failure in practice.
+            log.debug("unclassified connection error treated as retryable: %s", text)
+        return make(ConnectionLost)
+    return make(ReplicationError)
+
+
+def error_from_exception(exc: BaseException, *, dsn: str | None = None, what: str = "") -> SourceError:
+    """:func:`classify_error` for a psycopg / psycopg2 exception (or any exception)."""
+    if isinstance(exc, SourceError):
+        return exc
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    return classify_error(sqlstate, str(exc) or type(exc).__name__, dsn=dsn, what=what)
+
+
+def connect_sql(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """A psycopg 3 connection in autocommit mode; failures raise a walspark error."""
+    import psycopg
+
+    try:
+        return psycopg.connect(with_defaults(dsn, **DEFAULT_PARAMS), autocommit=True, **kwargs)
+    except ValueError as exc:  # malformed DSN (from with_defaults)
+        raise InvalidDsn(str(exc)) from None
+    except psycopg.Error as exc:
+        raise error_from_exception(exc, dsn=dsn, what="cannot connect") from None
+
+
+def connect_replication(dsn: str) -> Any:
+    """A psycopg2 ``LogicalReplicationConnection`` (``replication=database``, autocommit)."""
+    import psycopg2
+    import psycopg2.extras
+
+    try:
+        full = with_defaults(dsn, **DEFAULT_PARAMS)
+    except ValueError as exc:
+        raise InvalidDsn(str(exc)) from None
+    try:
+        return psycopg2.connect(full, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    except psycopg2.Error as exc:
+        raise error_from_exception(exc, dsn=dsn, what="cannot open replication connection") from None
