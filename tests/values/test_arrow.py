@@ -114,3 +114,88 @@ def test_bulk_speed_is_reasonable() -> None:
     to_arrow_array(codec(oids.INT4), "b" * n, [i32(i) for i in range(n)])
     to_arrow_array(codec(oids.TEXT), "t" * n, ints)
     assert time.perf_counter() - start < 2.0
+
+
+def test_single_value_api_keeps_unchanged_apart() -> None:
+    import pickle
+
+    from walspark.values import UNCHANGED_TOAST, decode_value
+
+    assert decode_value(oids.INT4, "u", None) is UNCHANGED_TOAST
+    assert decode_value(oids.INT4, "n", None) is None
+    assert decode_value(oids.INT4, "b", i32(5)) == 5
+    assert decode_value(oids.INT4, "t", b"5") == 5
+    assert pickle.loads(pickle.dumps(UNCHANGED_TOAST)) is UNCHANGED_TOAST
+    with pytest.raises(ValueConversionError):
+        decode_value(oids.INT4, "x", b"5")
+
+
+def test_unexpected_exceptions_become_conversion_errors() -> None:
+    with pytest.raises(ValueConversionError, match="uuid"):
+        codec(oids.UUID).decode("b", b"short")
+    with pytest.raises(ValueConversionError, match="interval"):
+        codec(oids.INTERVAL).decode("b", b"\x00" * 3)
+
+
+# --- the vectorised text paths must equal the per-value paths exactly ------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from walspark.values.codecs import Codec, ScalarCodec  # noqa: E402
+from walspark.values.datetimes import format_date, format_offset, format_timestamp  # noqa: E402
+
+
+def _per_value(c: Codec, values: list[bytes]) -> pa.Array:
+    return Codec.arrow_from_text(c, values)
+
+
+_pg_us = st.integers(min_value=-211813488000000000, max_value=9223371331199999999)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(_pg_us, st.sampled_from([2**63 - 1, -(2**63)])), max_size=8))
+def test_timestamp_fast_path_is_exact(values: list[int]) -> None:
+    c = codec(oids.TIMESTAMP)
+    texts = [format_timestamp(v, False).encode() for v in values]
+    try:
+        slow = _per_value(c, texts)
+    except ValueConversionError:
+        with pytest.raises(ValueConversionError):
+            c.arrow_from_text(texts)
+        return
+    assert c.arrow_from_text(texts).equals(slow)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.integers(-(10**16), 10**16), st.integers(-15 * 3600, 15 * 3600)), max_size=8))
+def test_timestamptz_fast_path_is_exact_for_any_offset(values: list[tuple[int, int]]) -> None:
+    c = codec(oids.TIMESTAMPTZ)
+    texts = []
+    for us, off in values:  # render in a zone with offset `off` (seconds east)
+        local = format_timestamp(us + off * 10**6, False)
+        bc = local.endswith(" BC")
+        texts.append((local.removesuffix(" BC") + format_offset(off) + (" BC" if bc else "")).encode())
+    assert c.arrow_from_text(texts).equals(_per_value(c, texts))
+
+
+@given(st.lists(st.integers(-2451545, 2145031948), max_size=8))
+def test_date_fast_path_is_exact(values: list[int]) -> None:
+    c = codec(oids.DATE)
+    texts = [format_date(v).encode() for v in values]
+    assert c.arrow_from_text(texts).equals(_per_value(c, texts))
+
+
+@given(st.lists(st.decimals(min_value=-(10**8), max_value=10**8, places=2), max_size=8),
+       st.sampled_from([b"NaN", b"Infinity", b"1.5", None]))
+def test_numeric_fast_path_is_exact(values: list[Decimal], extra: bytes | None) -> None:
+    c = codec(oids.NUMERIC, ((10 << 16) | 2) + 4)
+    texts: list[bytes | None] = [str(v).encode() for v in values] + [extra]
+    try:
+        slow = _per_value(c, texts)
+    except ValueConversionError:
+        with pytest.raises(ValueConversionError):
+            c.arrow_from_text(texts)
+        return
+    assert c.arrow_from_text(texts).equals(slow)
+    assert isinstance(c, ScalarCodec)

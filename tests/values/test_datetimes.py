@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from walspark.values import PgDate, PgTime, PgTimestamp, ValueConversionError, oids, to_arrow_array
 from walspark.values.datetimes import (
-    DATE_NOBEGIN, DATE_NOEND, DT_NOBEGIN, DT_NOEND, civil_from_days, days_from_civil, format_date,
+    DATE_NOBEGIN, DATE_NOEND, DT_NOBEGIN, civil_from_days, days_from_civil, format_date,
     format_timestamp, parse_date_text, parse_timestamp_text,
 )
 

@@ -21,7 +21,7 @@ from .arrow import (
     ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_tuples, default_registry,
     to_arrow_array, unchanged_columns_array,
 )
-from .codecs import Codec
+from .codecs import UNCHANGED_TOAST, Codec
 from .datetimes import PgDate, PgTime, PgTimestamp
 from .errors import ValueConversionError
 from .interval import Interval
@@ -35,7 +35,7 @@ __all__ = [
     "PgDate", "PgTime", "PgTimestamp", "Range", "TypeRegistry", "UnknownTypeWarning", "ValueConversionError",
     "arrow_field", "arrow_schema", "column_codecs", "decode_tuples", "decode_value", "default_registry",
     "format_array", "spark_schema", "spark_type", "to_arrow_array", "unchanged_columns_array",
-    "RECOMMENDED_SESSION_SETTINGS",
+    "RECOMMENDED_SESSION_SETTINGS", "UNCHANGED_TOAST",
 ]
 
 #: Settings for the replication connection under which every text form is parsed exactly
@@ -51,7 +51,8 @@ RECOMMENDED_SESSION_SETTINGS: dict[str, str] = {
 
 def decode_value(type_oid: int, kind: str, data: bytes | None, *, type_modifier: int = -1,
                  registry: TypeRegistry | None = None, options: ColumnOptions | None = None) -> Any:
-    """Decode one TupleData value ('t' text, 'b' binary; 'n'/'u' give None) to Python."""
+    """Decode one TupleData value to Python: 't' text, 'b' binary, 'n' -> None,
+    'u' -> :data:`UNCHANGED_TOAST` (not None: the value exists but was not sent)."""
     reg = registry or default_registry()
     codec = reg.resolve(type_oid, type_modifier, options or ColumnOptions(), binary=kind == "b")
     return codec.decode(kind, data)

@@ -177,7 +177,6 @@ def _parse_nested(body: str, delim: str, whole: str) -> tuple[list[str | None], 
     def element(i: int) -> int:
         if body[i] == '"':
             i += 1
-            start = i
             parts: list[str] = []
             while True:
                 j = i
@@ -193,10 +192,8 @@ def _parse_nested(body: str, delim: str, whole: str) -> tuple[list[str | None], 
                     raise err("dangling backslash")
                 parts.append(body[j + 1])
                 i = j + 2
-            del start
-        parts = []
         escaped = False
-        last_kept = 0  # length of parts content up to the last escaped/non-blank char
+        last_kept = 0  # length of buf up to the last escaped or non-blank character
         buf: list[str] = []
         while i < n:
             c = body[i]

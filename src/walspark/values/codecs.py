@@ -22,17 +22,15 @@ from typing import Any, Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import datetimes as dt
 from .arrays import ParsedArray, PgArray, decode_array_binary, parse_array_text, parse_vector_text
 from .composite import decode_record_binary, parse_record_text
 from .errors import ValueConversionError
-from .interval import Interval, decode_interval_binary, parse_interval_text
-from .numeric import NumericPolicy, numeric_to_storage
 from .ranges import ParsedRange, decode_multirange_binary, decode_range_binary, parse_multirange_text, parse_range_text
 
 __all__ = [
     "Codec", "ScalarCodec", "TextCodec", "IntCodec", "FloatCodec", "BoolCodec", "BinaryCodec",
     "ArrayCodec", "RangeCodec", "MultirangeCodec", "CompositeCodec", "UnknownCodec", "INTERVAL_ARROW_TYPE",
+    "range_arrow_type", "UNCHANGED_TOAST",
 ]
 
 Raw = bytes | bytearray | memoryview
@@ -43,6 +41,32 @@ _CONVERSION_ERRORS = (ValueError, struct.error, IndexError, TypeError, OverflowE
 INTERVAL_ARROW_TYPE = pa.struct(
     [pa.field("months", pa.int32()), pa.field("days", pa.int32()), pa.field("microseconds", pa.int64())]
 )
+
+
+class _UnchangedToast:
+    """The value of a ``'u'`` TupleData column: not sent because it did not change.
+
+    Deliberately not None: an unchanged TOAST value is not NULL, and code that treats it as
+    NULL overwrites real data (the most reported bug of CDC tools).
+    """
+
+    __slots__ = ()
+    _instance: "_UnchangedToast | None" = None
+
+    def __new__(cls) -> "_UnchangedToast":
+        if cls._instance is None:
+            cls._instance = object.__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNCHANGED_TOAST"
+
+    def __reduce__(self) -> str:
+        return "UNCHANGED_TOAST"
+
+
+#: Returned by :meth:`Codec.decode` for kind ``'u'`` (compare with ``is``).
+UNCHANGED_TOAST = _UnchangedToast()
 
 
 def _identity(x: Any) -> Any:
@@ -77,12 +101,16 @@ class Codec:
         return self.decode_binary(data)
 
     def decode(self, kind: str, data: Raw | None) -> Any:
-        """One TupleData column: ``kind`` 't'/'b' decode; 'n' (and 'u') give None."""
+        """One TupleData column: 't'/'b' decode, 'n' gives None, 'u' gives UNCHANGED_TOAST."""
         if kind == "t":
             return self._wrap(self.decode_text, data)
         if kind == "b":
             return self._wrap(self.decode_binary, data)
-        return None
+        if kind == "u":
+            return UNCHANGED_TOAST
+        if kind == "n":
+            return None
+        raise ValueConversionError(f"unknown TupleData column kind {kind!r}", type_name=self.name, type_oid=self.oid)
 
     # -- per column ------------------------------------------------------------------
     def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
@@ -123,14 +151,28 @@ class ScalarCodec(Codec):
     ``to_python`` and ``to_storage`` turn that into the Python value and the Arrow scalar.
     """
 
-    __slots__ = ("_text", "_binary", "_py", "_store")
+    __slots__ = ("_text", "_binary", "_py", "_store", "_vector_text")
 
     def __init__(
         self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn | None,
         to_python: Fn = _identity, to_storage: Fn = _identity, delimiter: str = ",",
+        vector_text: Callable[[pa.Array], pa.Array] | None = None,
     ) -> None:
         super().__init__(oid, name, arrow_type, delimiter)
         self._text, self._binary, self._py, self._store = text, binary, to_python, to_storage
+        # A whole-column conversion of the text values, used when it is exact: Arrow's
+        # parsers are strict, so anything they cannot read exactly (BC dates, years past
+        # 9999, infinity, NaN, offsets with seconds) fails, and the column then goes
+        # through the per-value path, which applies the column's policies.
+        self._vector_text = vector_text
+
+    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+        if self._vector_text is not None:
+            try:
+                return self._vector_text(_utf8_array(values))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                pass
+        return super().arrow_from_text(values)
 
     def _bin(self) -> Fn:
         if self._binary is None:
@@ -471,11 +513,3 @@ class UnknownCodec(Codec):
             return pa.array(values, type=pa.binary())
         return super().arrow_from_binary(values)
 
-
-def interval_storage(iv: Interval) -> dict[str, int]:
-    return iv.as_dict()
-
-
-# Re-exported for the registry's builtin table.
-__all__ += ["interval_storage", "range_arrow_type", "dt", "NumericPolicy", "numeric_to_storage",
-            "parse_interval_text", "decode_interval_binary"]

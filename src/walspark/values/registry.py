@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from . import bits, geometry, network, numeric, oids, scalars, textsearch
 from . import datetimes as dt
@@ -119,8 +120,11 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
     def numeric_factory(oid: int, typmod: int, opts: ColumnOptions) -> Codec:
         pol = opts.numeric
         at = numeric.numeric_arrow_type(typmod, pol)
+        # numeric_out's text is already the exact string; Arrow's string->decimal cast is
+        # exact and refuses NaN, Infinity and anything that would need rounding.
+        vector = (lambda a: a) if pa.types.is_string(at) else (lambda a: pc.cast(a, at))
         return ScalarCodec(oid, "numeric", at, numeric.decode_numeric_text, numeric.decode_numeric_binary,
-                           to_storage=lambda d: numeric.numeric_to_storage(d, at, pol))
+                           to_storage=lambda d: numeric.numeric_to_storage(d, at, pol), vector_text=vector)
 
     add(o.NUMERIC, "numeric", numeric_factory)
 
@@ -175,7 +179,8 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
     def date_factory(oid: int, _t: int, opts: ColumnOptions) -> Codec:
         inf = opts.infinity
         return ScalarCodec(oid, "date", pa.date32(), dt.parse_date_text, dt.decode_date_binary,
-                           to_python=dt.date_to_python, to_storage=lambda d: dt.date_to_storage(d, inf))
+                           to_python=dt.date_to_python, to_storage=lambda d: dt.date_to_storage(d, inf),
+                           vector_text=lambda a: pc.cast(a, pa.date32()))
 
     add(o.DATE, "date", date_factory)
 
@@ -184,11 +189,14 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
 
         def make(oid: int, _t: int, opts: ColumnOptions) -> Codec:
             inf = opts.infinity
+            at = pa.timestamp("us", tz=opts.timestamptz_tz if with_tz else None)
+            parse_as = pa.timestamp("us", tz="UTC" if with_tz else None)
             return ScalarCodec(
-                oid, name, pa.timestamp("us", tz=opts.timestamptz_tz if with_tz else None),
+                oid, name, at,
                 lambda b: dt.parse_timestamp_text(b, with_tz), dt.decode_timestamp_binary,
                 to_python=lambda v: dt.timestamp_to_python(v, with_tz),
                 to_storage=lambda v: dt.timestamp_to_storage(v, inf),
+                vector_text=lambda a: pc.cast(a, parse_as).cast(at),
             )
 
         return make
