@@ -199,3 +199,27 @@ def test_numeric_fast_path_is_exact(values: list[Decimal], extra: bytes | None) 
         return
     assert c.arrow_from_text(texts).equals(slow)
     assert isinstance(c, ScalarCodec)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.one_of(st.none(), _pg_us, st.sampled_from([2**63 - 1, -(2**63), 2**63 - 2])), max_size=8),
+       st.sampled_from(["sentinel", "null", "error"]))
+def test_timestamp_binary_fast_path_is_exact(values: list[int | None], infinity: str) -> None:
+    for oid in (oids.TIMESTAMP, oids.TIMESTAMPTZ):
+        c = codec(oid, infinity=infinity)
+        raw = [None if v is None else i64(v) for v in values]
+        try:
+            slow = Codec.arrow_from_binary(c, raw)
+        except ValueConversionError:
+            with pytest.raises(ValueConversionError):
+                c.arrow_from_binary(raw)
+            continue
+        assert c.arrow_from_binary(raw).equals(slow)
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-2451545, 2145031948), st.sampled_from([-(2**31), 2**31 - 1])),
+                max_size=8))
+def test_date_binary_fast_path_is_exact(values: list[int | None]) -> None:
+    c = codec(oids.DATE)
+    raw = [None if v is None else i32(v) for v in values]
+    assert c.arrow_from_binary(raw).equals(Codec.arrow_from_binary(c, raw))

@@ -151,12 +151,13 @@ class ScalarCodec(Codec):
     ``to_python`` and ``to_storage`` turn that into the Python value and the Arrow scalar.
     """
 
-    __slots__ = ("_text", "_binary", "_py", "_store", "_vector_text")
+    __slots__ = ("_text", "_binary", "_py", "_store", "_vector_text", "_vector_binary")
 
     def __init__(
         self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn | None,
         to_python: Fn = _identity, to_storage: Fn = _identity, delimiter: str = ",",
         vector_text: Callable[[pa.Array], pa.Array] | None = None,
+        vector_binary: Callable[[Sequence[Raw | None]], pa.Array] | None = None,
     ) -> None:
         super().__init__(oid, name, arrow_type, delimiter)
         self._text, self._binary, self._py, self._store = text, binary, to_python, to_storage
@@ -165,6 +166,15 @@ class ScalarCodec(Codec):
         # 9999, infinity, NaN, offsets with seconds) fails, and the column then goes
         # through the per-value path, which applies the column's policies.
         self._vector_text = vector_text
+        self._vector_binary = vector_binary
+
+    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+        if self._vector_binary is not None:
+            try:
+                return self._vector_binary(values)
+            except _Fallback:
+                pass
+        return super().arrow_from_binary(values)
 
     def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
         if self._vector_text is not None:
@@ -190,6 +200,43 @@ class ScalarCodec(Codec):
 
     def binary_storage(self, data: Raw) -> Any:
         return self._store(self._bin()(data))
+
+
+class _Fallback(Exception):
+    """A vectorised path declines a column (e.g. it holds a sentinel); use the per-value one."""
+
+
+def unpack_column(values: Sequence[Raw | None], fmt: str, arrow_type: pa.DataType) -> pa.Array:
+    """Fixed-size big-endian binary values -> an Arrow array, in one struct call.
+
+    Raises _Fallback when a value has the wrong size, so that the per-value path reports it.
+    """
+    size = struct.calcsize(">" + fmt)
+    present = [v for v in values if v is not None]
+    if any(len(v) != size for v in present):
+        raise _Fallback
+    it = iter(struct.unpack(f">{len(present)}{fmt}", b"".join(present)))
+    try:
+        return pa.array([None if v is None else next(it) for v in values], type=arrow_type)
+    except (pa.ArrowInvalid, OverflowError):
+        raise _Fallback from None
+
+
+def shifted_column(values: Sequence[Raw | None], fmt: str, storage: pa.DataType, offset: int,
+                   sentinels: tuple[int, int], arrow_type: pa.DataType) -> pa.Array:
+    """date/timestamp binary -> Arrow: PostgreSQL's count from 2000 shifted to 1970.
+
+    Declines (so the per-value path applies the infinity policy) when the column holds
+    ±infinity or a value the shift would overflow.
+    """
+    raw = unpack_column(values, fmt, storage)
+    lo, hi = pc.min_max(raw).values()
+    if lo.is_valid and (lo.as_py() in sentinels or hi.as_py() in sentinels):
+        raise _Fallback
+    try:
+        return pc.add_checked(raw, pa.scalar(offset, storage)).cast(arrow_type)
+    except pa.ArrowInvalid:
+        raise _Fallback from None
 
 
 def _utf8_array(values: Sequence[Raw | None]) -> pa.Array:
@@ -247,15 +294,10 @@ class IntCodec(ScalarCodec):
             return super().arrow_from_text(values)
 
     def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
-        present = [v for v in values if v is not None]
-        size = struct.calcsize(">" + self._fmt)
-        if any(len(v) != size for v in present):
-            return super().arrow_from_binary(values)  # raises the precise error
-        it = iter(struct.unpack(f">{len(present)}{self._fmt}", b"".join(present)))
         try:
-            return pa.array([None if v is None else next(it) for v in values], type=self.arrow_type)
-        except (pa.ArrowInvalid, OverflowError):
-            return super().arrow_from_binary(values)
+            return unpack_column(values, self._fmt, self.arrow_type)
+        except _Fallback:
+            return super().arrow_from_binary(values)  # raises the precise error
 
 
 class FloatCodec(ScalarCodec):
@@ -276,12 +318,10 @@ class FloatCodec(ScalarCodec):
             return super().arrow_from_text(values)
 
     def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
-        present = [v for v in values if v is not None]
-        size = struct.calcsize(">" + self._fmt)
-        if any(len(v) != size for v in present):
+        try:
+            return unpack_column(values, self._fmt, self.arrow_type)
+        except _Fallback:
             return super().arrow_from_binary(values)
-        it = iter(struct.unpack(f">{len(present)}{self._fmt}", b"".join(present)))
-        return pa.array([None if v is None else next(it) for v in values], type=self.arrow_type)
 
 
 class BoolCodec(ScalarCodec):

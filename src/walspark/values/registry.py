@@ -21,7 +21,7 @@ from . import bits, geometry, network, numeric, oids, scalars, textsearch
 from . import datetimes as dt
 from .codecs import (
     INTERVAL_ARROW_TYPE, ArrayCodec, BinaryCodec, BoolCodec, Codec, CompositeCodec, FloatCodec,
-    IntCodec, MultirangeCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec,
+    IntCodec, MultirangeCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, shifted_column,
 )
 from .datetimes import InfinityPolicy
 from .errors import ValueConversionError
@@ -180,7 +180,9 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         inf = opts.infinity
         return ScalarCodec(oid, "date", pa.date32(), dt.parse_date_text, dt.decode_date_binary,
                            to_python=dt.date_to_python, to_storage=lambda d: dt.date_to_storage(d, inf),
-                           vector_text=lambda a: pc.cast(a, pa.date32()))
+                           vector_text=lambda a: pc.cast(a, pa.date32()),
+                           vector_binary=lambda v: shifted_column(v, "i", pa.int32(), dt.PG_EPOCH_DAYS,
+                                                                  (dt.DATE_NOBEGIN, dt.DATE_NOEND), pa.date32()))
 
     add(o.DATE, "date", date_factory)
 
@@ -197,6 +199,8 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
                 to_python=lambda v: dt.timestamp_to_python(v, with_tz),
                 to_storage=lambda v: dt.timestamp_to_storage(v, inf),
                 vector_text=lambda a: pc.cast(a, parse_as).cast(at),
+                vector_binary=lambda v: shifted_column(v, "q", pa.int64(), dt.PG_EPOCH_USECS,
+                                                       (dt.DT_NOBEGIN, dt.DT_NOEND), at),
             )
 
         return make
