@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from walspark.values import (
-    Codec, ColumnOptions, NumericPolicy, TypeRegistry, UnknownTypeWarning, ValueConversionError, oids,
+    TYPE_CATALOG_QUERY, register_catalog_rows, Codec, ColumnOptions, NumericPolicy, TypeRegistry, UnknownTypeWarning, ValueConversionError, oids,
 )
 from walspark.values.datetimes import PgDate, PgTimestamp
 from walspark.values.interval import format_interval
@@ -253,6 +253,8 @@ def test_user_types_registered_from_the_catalog(conn: Any) -> None:
     conn.execute("CREATE DOMAIN price AS numeric(8,2) CHECK (VALUE >= 0)")
     conn.execute("CREATE TYPE item AS (id int, name text, p price, tags text[], m mood)")
     conn.execute("CREATE TYPE floatrange AS RANGE (subtype = float8)")
+    conn.execute("ALTER TYPE item DROP ATTRIBUTE m")
+    conn.execute("ALTER TYPE item ADD ATTRIBUTE m mood")  # a dropped attribute stays in pg_attribute
     conn.execute("CREATE EXTENSION citext")
     conn.execute("""CREATE TABLE u (i int, e mood, d price, c item, ca item[], r floatrange, ci citext,
                     ea mood[])""")
@@ -260,24 +262,7 @@ def test_user_types_registered_from_the_catalog(conn: Any) -> None:
                     ARRAY[ROW(1, NULL, NULL, NULL, NULL)::item], '[1.5,2.5)', 'MiXeD', '{sad,ok}'),
                     (2, NULL, NULL, ROW(NULL, '', NULL, '{}', NULL), '{}', 'empty', '', '{}')""")
     reg = TypeRegistry()
-    cat = conn.execute
-    for oid, name, typtype, arr, basetype, typmod in cat(
-            "SELECT t.oid, t.typname, t.typtype, t.typarray, t.typbasetype, t.typtypmod FROM pg_type t "
-            "JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = 'public'").fetchall():
-        if typtype == "e":
-            reg.register_enum(oid, name, array_oid=arr)
-        elif typtype == "d":
-            reg.register_domain(oid, basetype, name, base_typmod=typmod, array_oid=arr)
-        elif typtype == "c":
-            fields = cat("SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
-                         "(SELECT typrelid FROM pg_type WHERE oid = %s) AND attnum > 0 AND NOT attisdropped "
-                         "ORDER BY attnum", (oid,)).fetchall()
-            reg.register_composite(oid, name, fields, array_oid=arr)
-        elif typtype == "r":
-            sub, multi = cat("SELECT rngsubtype, rngmultitypid FROM pg_range WHERE rngtypid = %s", (oid,)).fetchone()
-            reg.register_range(oid, sub, name, multirange_oid=multi, array_oid=arr)
-        elif name == "citext":
-            reg.register_domain(oid, oids.TEXT, "citext", array_oid=arr)
+    assert register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall()) >= 5
     for col in ("e", "d", "c", "ca", "r", "ci", "ea"):
         cur = conn.cursor()
         cur.execute(f"SELECT {col} FROM u ORDER BY i")

@@ -101,3 +101,27 @@ def test_option_validation() -> None:
         ColumnOptions(infinity="clamp")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ColumnOptions(array_ndims=0)
+
+
+def test_register_catalog_rows() -> None:
+    from walspark.values import register_catalog_rows
+
+    rows = [
+        (80001, "public", "mood", "e", 80002, 0, -1, None, None, None),
+        (80003, "shop", "price", "d", 80004, oids.NUMERIC, ((8 << 16) | 2) + 4, None, None, None),
+        (80005, "public", "item", "c", 80006, 0, -1, None, None, [["id", "23", "-1"], ["p", "80003", "-1"]]),
+        (80007, "public", "floatrange", "r", 80008, 0, -1, oids.FLOAT8, 80009, None),
+        (80010, "public", "citext", "b", 80011, 0, -1, None, None, None),
+        (80012, "public", "hstore", "b", 80013, 0, -1, None, None, None),
+    ]
+    reg = TypeRegistry()
+    assert register_catalog_rows(reg, rows) == 5
+    assert reg.resolve(80001).decode_text(b"ok") == "ok"
+    assert reg.resolve(80003).arrow_type == pa.decimal128(8, 2)
+    assert reg.resolve(80006).decode_text(b'{"(1,2.50)"}')[0]["p"].as_tuple().exponent == -2
+    assert reg.resolve(80009).decode_text(b"{[1,2)}") == [Range(1.0, 2.0, True, False)]
+    assert reg.resolve(80011).decode_binary(b"\x00\x00\x00\x01\x00\x00\x00\x00\x00\x01\x39\x4b"
+                                            b"\x00\x00\x00\x01\x00\x00\x00\x01\x00\x00\x00\x01A") == ["A"]
+    with pytest.warns(UnknownTypeWarning, match="hstore"):
+        reg.resolve(80012)
+    assert reg.type_name(80003) == "shop.price"

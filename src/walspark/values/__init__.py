@@ -21,6 +21,7 @@ from .arrow import (
     ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_tuples, default_registry,
     to_arrow_array, unchanged_columns_array,
 )
+from .catalog import TYPE_CATALOG_QUERY, register_catalog_rows
 from .codecs import UNCHANGED_TOAST, Codec
 from .datetimes import PgDate, PgTime, PgTimestamp
 from .errors import ValueConversionError
@@ -35,7 +36,7 @@ __all__ = [
     "PgDate", "PgTime", "PgTimestamp", "Range", "TypeRegistry", "UnknownTypeWarning", "ValueConversionError",
     "arrow_field", "arrow_schema", "column_codecs", "decode_tuples", "decode_value", "default_registry",
     "format_array", "spark_schema", "spark_type", "to_arrow_array", "unchanged_columns_array",
-    "RECOMMENDED_SESSION_SETTINGS", "UNCHANGED_TOAST",
+    "RECOMMENDED_SESSION_SETTINGS", "UNCHANGED_TOAST", "TYPE_CATALOG_QUERY", "register_catalog_rows",
 ]
 
 #: Settings for the replication connection under which every text form is parsed exactly

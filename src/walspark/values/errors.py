@@ -8,18 +8,7 @@ the operator knows which per-column policy to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-__all__ = ["ValueConversionError", "ConversionContext"]
-
-
-@dataclass(frozen=True, slots=True)
-class ConversionContext:
-    """Where a value came from: filled in as the error travels up the call stack."""
-
-    column: str | None = None
-    type_name: str | None = None
-    type_oid: int | None = None
+__all__ = ["ValueConversionError"]
 
 
 class ValueConversionError(ValueError):
