@@ -101,7 +101,8 @@ class Reader:
     def f64(self) -> float:
         return FLOAT8.unpack(self._take(8))[0]
 
-    def bytes(self, n: int) -> bytes:
+    def raw(self, n: int) -> bytes:
+        """The next ``n`` bytes."""
         return self._take(n)
 
     def cstring(self) -> bytes:
@@ -160,6 +161,7 @@ def scan_field(s: str, pos: int, stops: str) -> tuple[str | None, int]:
     n = len(s)
     plain = _plain_pattern(stops)
     m = plain.match(s, pos)
+    assert m is not None  # the pattern matches the empty string
     end = m.end()
     if end >= n or s[end] in stops:
         return (s[pos:end] if end > pos else None), end
@@ -199,6 +201,7 @@ def scan_field(s: str, pos: int, stops: str) -> tuple[str | None, int]:
             i += 2
         else:
             m = plain.match(s, i)
+            assert m is not None
             parts.append(m.group())
             i = m.end()
     text = "".join(parts)

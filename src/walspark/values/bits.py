@@ -29,7 +29,7 @@ def decode_bit_binary(data: bytes) -> str:
     nbits = r.i32()
     if nbits < 0:
         raise ValueConversionError("invalid bit string length", value=data)
-    raw = r.bytes((nbits + 7) // 8)
+    raw = r.raw((nbits + 7) // 8)
     r.expect_end()
     if not raw:
         return ""

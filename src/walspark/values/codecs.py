@@ -33,7 +33,7 @@ __all__ = [
     "range_arrow_type", "UNCHANGED_TOAST",
 ]
 
-Raw = bytes | bytearray | memoryview
+Raw = bytes  # pgoutput hands values over as bytes
 Fn = Callable[[Any], Any]
 _CONVERSION_ERRORS = (ValueError, struct.error, IndexError, TypeError, OverflowError, ArithmeticError)
 

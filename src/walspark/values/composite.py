@@ -44,7 +44,7 @@ def decode_record_binary(data: bytes) -> list[tuple[int, bytes | None]]:
     n = r.i32()
     if n < 0:
         raise ValueConversionError("invalid record field count", value=data)
-    out = []
+    out: list[tuple[int, bytes | None]] = []
     for _ in range(n):
         oid = r.u32()
         out.append((oid, r.counted()))

@@ -65,7 +65,7 @@ def decode_inet_binary(data: bytes) -> str:
     """
     r = Reader(data)
     family, bits, is_cidr, nb = r.u8(), r.u8(), r.u8(), r.u8()
-    addr = r.bytes(nb)
+    addr = r.raw(nb)
     r.expect_end()
     if family == _PGSQL_AF_INET and nb == 4:
         text, width = ".".join(str(b) for b in addr), 32

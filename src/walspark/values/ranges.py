@@ -138,7 +138,7 @@ def parse_multirange_text(data: bytes | str) -> list[ParsedRange]:
 def decode_multirange_binary(data: bytes) -> list[ParsedRange]:
     r = Reader(data)
     count = r.i32()
-    out = []
+    out: list[ParsedRange] = []
     for _ in range(count):
         raw = r.counted()
         if raw is None:

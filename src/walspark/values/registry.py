@@ -94,9 +94,10 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
     def add(oid: int, name: str, factory: Factory) -> None:
         t[oid] = (name, factory)
 
-    def fixed(codec_factory: Callable[[], Codec]) -> Factory:
-        codec = codec_factory()
-        return lambda _o, _t, _opts: codec
+    def fixed(codec: Codec | Callable[[], Codec]) -> Factory:
+        """A type whose codec depends on nothing per column: built once, shared."""
+        built = codec if isinstance(codec, Codec) else codec()
+        return lambda _o, _t, _opts: built
 
     add(o.BOOL, "bool", fixed(lambda: BoolCodec(o.BOOL, "bool", pa.bool_(), scalars.decode_bool_text,
                                                 scalars.decode_bool_binary)))
@@ -108,8 +109,7 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         (o.XID, "xid", pa.int64(), scalars.decode_uint4_binary, "I"),
         (o.CID, "cid", pa.int64(), scalars.decode_uint4_binary, "I"),
     ):
-        add(oid, name, fixed(lambda oid=oid, name=name, at=at, fn=fn, fmt=fmt:
-                             IntCodec(oid, name, at, scalars.decode_int_text, fn, fmt)))
+        add(oid, name, fixed(IntCodec(oid, name, at, scalars.decode_int_text, fn, fmt)))
     add(o.XID8, "xid8", fixed(lambda: ScalarCodec(o.XID8, "xid8", pa.int64(), scalars.decode_int_text,
                                                   scalars.decode_uint8_binary, to_storage=_xid8_storage)))
     add(o.FLOAT4, "float4", fixed(lambda: FloatCodec(o.FLOAT4, "float4", pa.float32(), scalars.decode_float4_text,
