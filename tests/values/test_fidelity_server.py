@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 
 from walspark.values import (
-    TYPE_CATALOG_QUERY, register_catalog_rows, Codec, ColumnOptions, NumericPolicy, TypeRegistry, UnknownTypeWarning, ValueConversionError, oids,
+    TYPE_CATALOG_QUERY, Codec, ColumnOptions, NumericPolicy, TypeRegistry, UnknownTypeWarning, ValueConversionError,
+    register_catalog_rows,
 )
 from walspark.values.datetimes import PgDate, PgTimestamp
 from walspark.values.interval import format_interval
