@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from walspark.protocol import format_lsn
+from walspark.values import RECOMMENDED_SESSION_SETTINGS
 
 if TYPE_CHECKING:
     import psycopg
@@ -35,6 +36,10 @@ def slot_changes(
     passed as values, never spliced into SQL. Rows come through a server-side cursor so a large
     backlog does not have to fit in memory at once. Needs a connection not in autocommit mode
     (the cursor lives in a transaction).
+
+    In text mode pgoutput renders values with the *decoding session's* settings (DateStyle,
+    IntervalStyle, extra_float_digits, ...), so those walspark's parsers rely on are set for
+    the duration of the transaction.
     """
     function = "pg_logical_slot_get_binary_changes" if consume else "pg_logical_slot_peek_binary_changes"
     flat = [item for pair in options.items() for item in pair]
@@ -42,6 +47,8 @@ def slot_changes(
     query = (
         f"SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM {function}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     )
+    for name, value in RECOMMENDED_SESSION_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, true)", (name, value))
     with conn.cursor(name="walspark_slot_changes") as cursor:
         cursor.itersize = FETCH_ROWS
         cursor.execute(query, (slot, upto, upto_nchanges, flat))
