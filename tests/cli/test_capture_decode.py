@@ -90,3 +90,19 @@ def test_decode_reports_malformed_bytes_with_kind_offset_and_lsn(tmp_path):
     assert result.exit_code == 1
     assert "Begin" in result.output and "0/16B3748" in result.output and "offset" in result.output
     assert "Traceback" not in result.output
+
+
+def test_capture_errors_are_one_line_and_never_show_the_password(tmp_path, pg18):
+    dsn = pg18.dsn(password="s3cret-pw", dbname="no_such_db")
+    result = CliRunner().invoke(cli, ["capture", "--dsn", dsn, "--slot", "x", "--publication", "p", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert "s3cret-pw" not in result.output
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+    assert "no_such_db" in result.output
+
+
+def test_capture_refuses_an_invalid_slot_name(source, tmp_path):
+    result = CliRunner().invoke(
+        cli, ["capture", "--dsn", source, "--slot", "Bad Name", "--publication", "my pub", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 1 and "invalid slot name" in result.output

@@ -22,10 +22,10 @@ from walspark.cli.main import cli
 @click.option("--dsn", required=True, envvar="WALSPARK_DSN", help="libpq connection string of the source database.")
 @click.option("--slot", required=True, help="An existing pgoutput slot.")
 @click.option("--publication", "publications", required=True, multiple=True, help="Publication(s) to decode.")
-@click.option("--proto-version", type=click.IntRange(1, 4), default=1, show_default=True)
+@click.option("--proto-version", type=click.IntRange(1, 4), default=None, help="Default: the newest the server speaks.")
 @click.option("--binary/--text", default=False, help="Tuple values in binary (pgoutput 'binary' option).")
 @click.option("--messages/--no-messages", default=False, help="Include pg_logical_emit_message messages.")
-@click.option("--streaming", type=click.Choice(["off", "on", "parallel"]), default="off", show_default=True)
+@click.option("--streaming", type=click.Choice(["off", "on", "parallel"]), default=None, help="Default: on from protocol 2.")
 @click.option("--two-phase/--no-two-phase", default=False)
 @click.option("--upto-lsn", default=None, help="Stop at this LSN (X/Y).")
 @click.option("--upto-nchanges", type=click.IntRange(1), default=None, help="Stop after about this many changes.")
@@ -35,10 +35,10 @@ def capture(
     dsn: str,
     slot: str,
     publications: tuple[str, ...],
-    proto_version: int,
+    proto_version: int | None,
     binary: bool,
     messages: bool,
-    streaming: str,
+    streaming: str | None,
     two_phase: bool,
     upto_lsn: str | None,
     upto_nchanges: int | None,
@@ -55,20 +55,25 @@ def capture(
 
     from walspark.capture import CaptureInfo, write_capture
     from walspark.protocol import parse_lsn
+    from walspark.source.connect import connect_sql, error_from_exception
+    from walspark.source.errors import SourceError
+    from walspark.source.names import validate_slot_name
+    from walspark.source.options import StreamOptions
     from walspark.source.sqlinterface import slot_changes
 
-    options = {"proto_version": str(proto_version), "publication_names": ",".join(_quote_ident(p) for p in publications)}
-    if binary:
-        options["binary"] = "true"
-    if messages:
-        options["messages"] = "true"
-    if streaming != "off":
-        options["streaming"] = streaming
-    if two_phase:
-        options["two_phase"] = "true"
+    wanted = StreamOptions(
+        publication_names=publications,
+        proto_version=proto_version,
+        binary=binary,
+        messages=messages,
+        streaming=streaming,
+        two_phase=two_phase,
+    )
     try:
-        with psycopg.connect(dsn) as conn:
+        validate_slot_name(slot)
+        with connect_sql(dsn) as conn:
             server = conn.info.server_version
+            options = dict(wanted.resolve(server).plugin_options())
             rows = slot_changes(
                 conn,
                 slot,
@@ -78,9 +83,10 @@ def capture(
                 consume=consume,
             )
             count = write_capture(output, rows, CaptureInfo(options, server, slot))
-            conn.commit()
-    except psycopg.Error as exc:
+    except SourceError as exc:
         raise click.ClickException(_one_line(exc)) from exc
+    except psycopg.Error as exc:
+        raise click.ClickException(_one_line(error_from_exception(exc, dsn=dsn, what="capture"))) from exc
     click.echo(f"captured {count} messages from slot {slot} into {output}", err=True)
 
 
@@ -168,11 +174,6 @@ def _compact(item: Any) -> str:
     if isinstance(item, dict):
         return " ".join(f"{k}={v}" for k, v in item.items())
     return str(item)
-
-
-def _quote_ident(name: str) -> str:
-    """Quote a publication name for pgoutput's publication_names list (a list of identifiers)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _one_line(exc: BaseException) -> str:

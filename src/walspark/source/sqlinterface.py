@@ -33,9 +33,8 @@ def slot_changes(
     """Yield ``(lsn, message)`` for the slot's pending changes, in stream order.
 
     ``options`` are pgoutput's (``proto_version``, ``publication_names``, ``binary``, ...),
-    passed as values, never spliced into SQL. Rows come through a server-side cursor so a large
-    backlog does not have to fit in memory at once. Needs a connection not in autocommit mode
-    (the cursor lives in a transaction).
+    passed as values, never spliced into SQL. Rows come through a server-side cursor, inside a
+    transaction of its own, so a large backlog does not have to fit in memory at once.
 
     In text mode pgoutput renders values with the *decoding session's* settings (DateStyle,
     IntervalStyle, extra_float_digits, ...), so those walspark's parsers rely on are set for
@@ -47,9 +46,9 @@ def slot_changes(
     query = (
         f"SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM {function}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     )
-    for name, value in RECOMMENDED_SESSION_SETTINGS.items():
-        conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-    with conn.cursor(name="walspark_slot_changes") as cursor:
+    with conn.transaction(), conn.cursor(name="walspark_slot_changes") as cursor:
+        for name, value in RECOMMENDED_SESSION_SETTINGS.items():
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
         cursor.itersize = FETCH_ROWS
         cursor.execute(query, (slot, upto, upto_nchanges, flat))
         for lsn, data in cursor:
