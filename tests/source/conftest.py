@@ -7,36 +7,13 @@ shared ``pg18`` session server.
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
 
 import pytest
 
+from srcutil import fresh_database
+
 from walspark.embedded.postgres import EmbeddedPostgres
-
-_numbers = itertools.count()
-
-
-def fresh_database(server: EmbeddedPostgres, prefix: str = "src") -> Iterator[str]:
-    """A new database on ``server`` for one test; its slots are dropped afterwards."""
-    import psycopg
-
-    name = f"{prefix}{os.getpid()}_{next(_numbers)}"
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield server.dsn(name)
-    finally:
-        try:
-            with psycopg.connect(server.dsn(), autocommit=True) as conn:
-                conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
-                             " WHERE database = %s AND active_pid IS NOT NULL", (name,))
-                conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                             " WHERE database = %s AND NOT active", (name,))
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        except Exception:  # the server may be mid-restart in a failing test; the tmp dir goes anyway
-            pass
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,6 +24,27 @@ from walspark.source import (
 )
 
 T = TypeVar("T")
+
+_numbers = itertools.count()
+
+
+def fresh_database(server: Any, prefix: str = "src") -> Iterator[str]:
+    """A new database on ``server`` for one test; its slots are dropped afterwards."""
+    name = f"{prefix}{os.getpid()}_{next(_numbers)}"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield server.dsn(name)
+    finally:
+        try:
+            with psycopg.connect(server.dsn(), autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                             " WHERE database = %s AND active_pid IS NOT NULL", (name,))
+                conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                             " WHERE database = %s AND NOT active", (name,))
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except Exception:  # the server may be mid-restart in a failing test; its tmp dir goes anyway
+            pass
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05, what: str = "") -> T:
