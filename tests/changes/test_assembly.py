@@ -171,3 +171,20 @@ def test_memory_budget_spills_and_reads_back_in_order(tmp_path):
 def test_out_of_order_messages_raise_assembly_error_with_lsn(messages):
     with pytest.raises(ProtocolError, match=r"LSN 0/10[01]0"):
         feed(TransactionAssembler(3), *messages)
+
+
+def test_relation_outside_a_transaction_reaches_the_next_transaction():
+    """After a reconnect the duplicate filter passes a dropped transaction's Relation alone."""
+    from walspark.protocol import Relation, RelationColumn
+
+    relation = Relation(xid=None, relation_id=1, namespace="public", relation_name="t", replica_identity="d",
+                        columns=(RelationColumn(flags=1, name="id", type_oid=23, type_modifier=-1),))
+    asm = TransactionAssembler(1)
+    [txn] = feed(
+        asm,
+        relation,
+        Begin(final_lsn=0x2000, commit_timestamp=5, xid=700),
+        insert("a"),
+        Commit(commit_lsn=0x2000, end_lsn=0x2010, commit_timestamp=5),
+    )
+    assert [data[:1] for _, _, data in txn.messages()] == [b"R", b"I"]

@@ -57,6 +57,7 @@ DEFAULT_MEMORY_BUDGET = 256 * 1024 * 1024
 _STREAM_XID = struct.Struct(">I")
 _DATA_KINDS = frozenset(b"RYIUDTM")
 _MESSAGE_KIND = ord("M")
+_SCHEMA_KINDS = frozenset(b"RY")
 
 
 class AssemblyError(ProtocolError):
@@ -144,6 +145,7 @@ class TransactionAssembler:
         self._streamed: dict[int, _OpenTxn] = {}  # open streamed transactions by top-level xid
         self._stream_xid: int | None = None  # the streamed block we are inside, if any
         self._prepared: dict[str, _OpenTxn] = {}  # prepared, awaiting Commit/Rollback Prepared
+        self._orphan_schema: list[tuple[int, bytes]] = []  # Relation/Type seen outside a transaction
         self.memory_bytes = 0
         self.peak_memory_bytes = 0
         self.spilled_transactions = 0
@@ -174,6 +176,12 @@ class TransactionAssembler:
             return []
         txn = self._current
         if txn is None:
+            if kind in _SCHEMA_KINDS:
+                # A Relation/Type message from a transaction dropped as a duplicate after a
+                # reconnect: the server sends each only once per connection, so it must
+                # reach the next transaction's reader.
+                self._orphan_schema.append((lsn, data))
+                return []
             raise AssemblyError("change outside of a transaction", kind=chr(kind), offset=0, lsn=lsn)
         self._account(txn, txn.buffer.append(lsn, False, txn.xid, data))
         return []
@@ -195,7 +203,14 @@ class TransactionAssembler:
     def _open_current(self, lsn: int, xid: int, what: str) -> None:
         if self._current is not None or self._stream_xid is not None:
             raise AssemblyError(f"{what} inside another transaction", kind=what.replace(" ", ""), offset=0, lsn=lsn)
-        self._current = _OpenTxn(xid, lsn, TxnBuffer(), streamed=False)
+        self._current = self._new_txn(xid, lsn, streamed=False)
+
+    def _new_txn(self, xid: int, lsn: int, *, streamed: bool) -> _OpenTxn:
+        txn = _OpenTxn(xid, lsn, TxnBuffer(), streamed=streamed)
+        for schema_lsn, data in self._orphan_schema:
+            self._account(txn, txn.buffer.append(schema_lsn, False, xid, data))
+        self._orphan_schema.clear()
+        return txn
 
     def _origin(self, lsn: int, message: Origin) -> list[Event]:
         txn = self._streamed.get(self._stream_xid) if self._stream_xid is not None else self._current
@@ -225,7 +240,7 @@ class TransactionAssembler:
             raise AssemblyError("Stream Start inside another transaction", kind="StreamStart", offset=0, lsn=lsn)
         self._stream_xid = message.xid
         if message.xid not in self._streamed:
-            self._streamed[message.xid] = _OpenTxn(message.xid, lsn, TxnBuffer(), streamed=True)
+            self._streamed[message.xid] = self._new_txn(message.xid, lsn, streamed=True)
         return []
 
     def _stream_stop(self, lsn: int, message: StreamStop) -> list[Event]:

@@ -70,6 +70,17 @@ class RelationCache:
         self._current[relation.relation_id] = version
         return version
 
+    def seed(self, relation: Relation, version: int) -> RelationVersion:
+        """Put a Relation in force with a version number decided elsewhere.
+
+        A segment or capture partition decoded alone carries the Relation messages in force at
+        its start together with the version numbers the reader of the whole stream gave them;
+        seeding keeps ``_relation_version`` the same whichever task decodes a row.
+        """
+        seeded = RelationVersion(relation, version)
+        self._current[relation.relation_id] = seeded
+        return seeded
+
     def apply_type(self, message: Type) -> None:
         self.types[message.type_oid] = message
 

@@ -134,8 +134,14 @@ class ChangeRowBuilder:
 
     def add(self, facts: TransactionFacts, messages: Iterable[tuple[int, bool, bytes]]) -> None:
         """Decode one committed transaction's data messages (``(lsn, in_stream, bytes)``)."""
+        self.add_numbered(facts, ((seq, *message) for seq, message in enumerate(messages)))
+
+    def add_numbered(self, facts: TransactionFacts, messages: Iterable[tuple[int, int, bool, bytes]]) -> None:
+        """Like :meth:`add`, with each message's position in its transaction given (``(seq, lsn, in_stream,
+        bytes)``): for a part of a transaction decoded apart from the rest (a segment piece, a filtered
+        subset), so that ``_seq`` stays the position in the whole transaction."""
         version = self.protocol_version
-        for seq, (lsn, in_stream, data) in enumerate(messages):
+        for seq, lsn, in_stream, data in messages:
             message = decode_message(data, protocol_version=version, in_stream=in_stream, parallel_abort=None, lsn=lsn)
             if isinstance(message, Insert):
                 self._row(facts, lsn, seq, "I", message.relation_id, message.new_tuple, None)
