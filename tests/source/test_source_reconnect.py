@@ -20,6 +20,7 @@ from walspark.source import (
     ReconnectPolicy,
     Reconnected,
     ReplicationStream,
+    SlotInUse,
     SlotInvalidated,
     SlotNotFound,
     StreamOptions,
@@ -154,7 +155,22 @@ def test_slot_dropped_while_streaming_is_not_retried(pg18_dsn: str) -> None:
             while True:
                 stream.read(0.2)
         assert time.monotonic() - began < 5  # one attempt, not five with backoff
+        with pytest.raises(SlotNotFound):  # and it stays failed
+            stream.read(0)
     assert seen == []
+
+
+def test_open_waits_while_the_slot_is_still_held(pg18_dsn: str) -> None:
+    """A restarted consumer may find its slot held by the walsender of its crashed predecessor."""
+    setup_source(pg18_dsn)
+    holder = ReplicationStream(pg18_dsn, "s1", StreamOptions(("pub",))).open()
+    threading.Timer(0.5, holder.close).start()
+    policy = ReconnectPolicy(max_attempts=30, initial_delay=0.1, max_delay=0.2)
+    with ReplicationStream(pg18_dsn, "s1", StreamOptions(("pub",)), reconnect=policy) as stream:
+        assert stream.backend_pid is not None and stream.backend_pid != holder.backend_pid
+    with pytest.raises(SlotInUse):
+        with ReplicationStream(pg18_dsn, "s1", StreamOptions(("pub",))):
+            ReplicationStream(pg18_dsn, "s1", StreamOptions(("pub",)), retry_on_open=False).open()
 
 
 def test_role_without_replication_is_refused(pg18: EmbeddedPostgres, pg18_dsn: str) -> None:

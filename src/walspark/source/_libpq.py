@@ -11,7 +11,8 @@ Why not psycopg2's ``read_message()`` / ``send_feedback()``: reading psycopg2's 
    start LSN *below* the commit of the transaction delivered just before it, so after
    confirming that earlier commit, a keepalive arriving while a slow consumer is still
    behind on later, already-received transactions makes psycopg2 report ``wal_end`` as
-   flushed — the slot then skips data the consumer never made durable.
+   flushed — the slot then skips data the consumer never made durable. (Both values start
+   at 0, so it also advances on any keepalive before the first message.)
 2. It answers a keepalive that requests a reply *inside* ``read_message()``, with its stored
    (possibly auto-advanced) positions.
 3. ``read_message()`` sends a status update by itself whenever ``status_interval`` elapsed,

@@ -18,7 +18,11 @@ transaction is open and ``confirmed >= received`` — and a primary keepalive re
 ``wal_end`` beyond, walspark reports that ``wal_end``. The server only sends a keepalive
 position after it has sent every transaction committing before it, so nothing unconfirmed lies
 below it; without this, a slot whose published tables are quiet would pin WAL forever while
-the rest of the server (other tables, other databases) keeps writing.
+the rest of the server (other tables, other databases) keeps writing. It also lets a *fast*
+server shutdown finish: PostgreSQL keeps each walsender alive until its client reports as
+flushed everything that was sent, shutdown checkpoint included — so a consumer that holds
+received-but-unconfirmed data delays the shutdown until it confirms (PostgreSQL's rule, not
+ours to bend).
 
 Status updates (write = received, flush = apply = flushed) are sent every
 ``status_interval`` seconds, at once when the server asks for a reply, and by a background
@@ -161,6 +165,7 @@ class ReplicationStream:
         create_temporary_slot: create ``slot`` as a TEMPORARY slot on the stream's own
             connection (for tests and one-off reads); it vanishes with the connection, so a
             reconnect then fails with :class:`~walspark.source.errors.SlotNotFound`.
+        retry_on_open: apply ``reconnect`` to the first connection too.
 
     Use as a context manager or call :meth:`open`/:meth:`close`. Iterating blocks for the next
     item; :meth:`read` takes a timeout.
@@ -179,6 +184,7 @@ class ReplicationStream:
         reconnect: ReconnectPolicy | None = ReconnectPolicy(),
         on_reconnect: Callable[[Reconnected], None] | None = None,
         create_temporary_slot: bool = False,
+        retry_on_open: bool = True,
         rng: random.Random | None = None,
     ) -> None:
         validate_slot_name(slot)
@@ -192,6 +198,7 @@ class ReplicationStream:
         self.reconnect_policy = reconnect
         self.on_reconnect = on_reconnect
         self.create_temporary_slot = create_temporary_slot
+        self.retry_on_open = retry_on_open
         self._rng = rng or random.Random()
         self._use_heartbeat = heartbeat
 
@@ -201,6 +208,7 @@ class ReplicationStream:
         self._poll: Any = None
         self._broken: SourceError | None = None
         self._closed = False
+        self._fatal: SourceError | None = None
         self._opened = False
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
@@ -224,11 +232,23 @@ class ReplicationStream:
     # ------------------------------------------------------------------ life cycle
 
     def open(self) -> ReplicationStream:
-        """Connect and start streaming (non-retryable problems raise here, at once)."""
+        """Connect and start streaming.
+
+        Non-retryable problems raise here at once. Retryable ones (server starting up, the slot
+        still held by the walsender of a crashed predecessor until that one notices) are retried
+        under the reconnect policy, when ``retry_on_open`` is set.
+        """
+        if self._fatal is not None:
+            raise self._fatal
         if self._closed:
             raise ReplicationError("stream is closed")
         if not self._opened:
-            self._connect()
+            try:
+                self._connect()
+            except SourceError as exc:
+                if not (exc.retryable and self.retry_on_open and self.reconnect_policy is not None):
+                    raise
+                self._retry_connect(exc)
             self._opened = True
             if self._use_heartbeat:
                 self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"walspark-heartbeat-{self.slot}",
@@ -268,11 +288,15 @@ class ReplicationStream:
 
     def read(self, timeout: float | None = None) -> StreamItem | None:
         """The next message (or :class:`Reconnected`), or None if ``timeout`` seconds pass first."""
+        if self._fatal is not None:
+            raise self._fatal
         if not self._opened:
             self.open()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._closed:
+                if self._fatal is not None:
+                    raise self._fatal
                 return None
             try:
                 return self._read_until(deadline)
@@ -281,8 +305,7 @@ class ReplicationStream:
                 if self._closed:
                     return None
                 if not err.retryable or self.reconnect_policy is None:
-                    self._fail()
-                    raise err from None
+                    raise self._fail(err) from None
                 return self._reconnect(err)
 
     def confirm(self, lsn: int) -> None:
@@ -341,6 +364,8 @@ class ReplicationStream:
             if io is None or poller is None:
                 raise ConnectionLost("stream is not connected")
             with self._lock:
+                if self._io is not io:  # closed (or replaced) by another thread meanwhile
+                    continue
                 data = io.read()
             if data is None:
                 now = time.monotonic()
@@ -351,7 +376,8 @@ class ReplicationStream:
                     wait = min(wait, deadline - now)
                 poller.poll(max(0.0, wait) * 1000)
                 with self._lock:
-                    io.consume_input()
+                    if self._io is io:  # never touch a PGconn that close() already freed
+                        io.consume_input()
                 continue
             kind = data[0]
             if kind == 0x77:  # 'w' XLogData
@@ -514,11 +540,21 @@ class ReplicationStream:
             self._last_status = 0.0  # report our position right away
 
     def _reconnect(self, cause: SourceError) -> Reconnected:
-        policy = self.reconnect_policy
-        assert policy is not None
         with self._lock:
             self._teardown_locked()
         log.warning("replication connection of slot %s lost (%s); reconnecting", self.slot, cause)
+        attempts = self._retry_connect(cause)
+        self.reconnects += 1
+        event = Reconnected(attempts, self.start_lsn, str(cause))
+        log.warning("slot %s: %s", self.slot, event)
+        if self.on_reconnect is not None:
+            self.on_reconnect(event)
+        return event
+
+    def _retry_connect(self, cause: SourceError) -> int:
+        """Connect under the reconnect policy; returns the attempts it took or raises."""
+        policy = self.reconnect_policy
+        assert policy is not None
         began = time.monotonic()
         last: SourceError = cause
         attempts = 0
@@ -532,22 +568,15 @@ class ReplicationStream:
                 self._connect()
             except SourceError as exc:
                 if not exc.retryable:
-                    self._fail()
-                    raise
+                    raise self._fail(exc) from None
                 last = exc
                 log.warning("reconnect attempt %d for slot %s failed: %s", attempts, self.slot, exc)
                 continue
-            self.reconnects += 1
-            event = Reconnected(attempts, self.start_lsn, str(cause))
-            log.warning("slot %s: %s", self.slot, event)
-            if self.on_reconnect is not None:
-                self.on_reconnect(event)
-            return event
-        self._fail()
-        raise ReconnectExhausted(
+            return attempts
+        raise self._fail(ReconnectExhausted(
             f"gave up reconnecting slot {self.slot!r} after {attempts} attempt(s) in "
             f"{time.monotonic() - began:.0f}s; last error: {last}"
-        ) from last
+        )) from last
 
     def _as_source_error(self, exc: BaseException) -> SourceError:
         if isinstance(exc, SourceError):
@@ -567,12 +596,14 @@ class ReplicationStream:
             except Exception:  # closing a broken connection may complain; it is gone either way
                 pass
 
-    def _fail(self) -> None:
-        """A fatal error: no more reading, no heartbeat."""
+    def _fail(self, error: SourceError) -> SourceError:
+        """A fatal error: no more reading, no heartbeat; later reads raise it again."""
+        self._fatal = error
         self._closed = True
         self._stop.set()
         with self._lock:
             self._teardown_locked()
+        return error
 
     def __repr__(self) -> str:
         return (f"ReplicationStream(slot={self.slot!r}, dsn={redact_dsn(self.dsn)!r}, "
