@@ -105,7 +105,7 @@ def test_two_phase_commit_prepared_and_rollback_prepared():
         Prepare(prepare_lsn=0x2100, end_lsn=0x2110, prepare_timestamp=1, xid=6, gid="g2"),
     )
     assert events == []
-    assert asm.confirm_floor() == 0x1000  # the first prepared transaction's first message
+    assert asm.confirm_floor() == 0x2000  # the earliest pending prepare
     events = feed(
         asm,
         RollbackPrepared(prepare_end_lsn=0x2110, rollback_end_lsn=0x3010, prepare_timestamp=1,

@@ -111,8 +111,18 @@ def _changes_of(txn: CommittedTransaction, relations: dict[int, str], version: i
     return out
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
-def test_concurrent_workload_assembles_to_what_was_committed(server, request):
+def _terminate_walsender(dsn: str, pid: int | None) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.mark.parametrize(
+    ("server", "kills"),
+    [("pg18", 0), ("pg15", 0), ("pg18", 3)],
+    ids=["pg18", "pg15", "pg18-walsender-killed"],
+)
+def test_concurrent_workload_assembles_to_what_was_committed(server, kills, request):
+    """...and with the walsender terminated mid-stream: each committed transaction exactly once."""
     dsn = request.getfixturevalue(f"{server}_dsn")
     two_phase = True
     _setup(dsn, two_phase)
@@ -147,6 +157,8 @@ def test_concurrent_workload_assembles_to_what_was_committed(server, request):
                 got[event.xid] = _changes_of(event, relations, stream.options.proto_version)
                 event.release()
                 live.confirm(event.end_lsn)
+                if kills and len(received) % 25 == 0 and stream.reconnects < kills:
+                    _terminate_walsender(dsn, stream.backend_pid)
             if not any(w.is_alive() for w in writers) and set(committed) <= set(got):
                 break
             assert not failures, failures
@@ -164,3 +176,5 @@ def test_concurrent_workload_assembles_to_what_was_committed(server, request):
     assert commit_lsns == sorted(commit_lsns) and len(set(commit_lsns)) == len(commit_lsns)
     assert any(txn.streamed for txn in received), "the workload should have streamed a large transaction"
     assert any(txn.gid for txn in received), "the workload should have committed a prepared transaction"
+    if kills:
+        assert stream.reconnects >= 1

@@ -354,15 +354,16 @@ class TransactionAssembler:
     # -- what the consumer may confirm -------------------------------------------------------
 
     def confirm_floor(self) -> int | None:
-        """The lowest LSN the slot must not be confirmed past, or None if nothing constrains it.
+        """The LSN the slot must not be confirmed past, or None if nothing constrains it.
 
-        A prepared transaction the server considers delivered is not sent again after a
-        reconnect (only its Commit Prepared is), so while one is pending here — in memory, not
-        yet durable anywhere — the slot must stay before its Prepare.
+        The server does not decode a PREPARE again after a reconnect once the slot is
+        confirmed past the prepare record's start (only Commit Prepared follows then). While a
+        prepared transaction is pending here — in memory, durable nowhere — the slot must stay
+        at or before its prepare LSN, so that a reconnect brings the transaction back.
         """
         if not self._prepared:
             return None
-        return min(txn.first_lsn for txn in self._prepared.values())
+        return min(txn.prepare_lsn for txn in self._prepared.values())
 
     @property
     def open_transactions(self) -> int:
