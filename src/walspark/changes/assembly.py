@@ -369,14 +369,27 @@ class TransactionAssembler:
     def open_transactions(self) -> int:
         return sum(1 for _ in self._open())
 
-    def close(self) -> None:
-        """Drop every open transaction and the spill files (e.g. before a reconnect)."""
-        for txn in list(self._open()):
-            txn.buffer.close()
+    def reset(self) -> None:
+        """Forget the partly received transactions, as after a dropped connection.
+
+        The server resends them whole. Prepared transactions are complete and are kept: the
+        resent copy of a prepare the consumer already holds is dropped as a duplicate (see
+        :class:`walspark.source.dedup.DuplicateFilter`), and its Commit Prepared must find it.
+        """
+        partial = ([self._current] if self._current is not None else []) + list(self._streamed.values())
+        for txn in partial:
+            self._release(txn)
         self._current, self._stream_xid = None, None
         self._streamed.clear()
+        self._orphan_schema.clear()
+        self._decoder = Decoder(self._decoder.protocol_version, streaming_parallel=self._decoder.streaming_parallel)
+
+    def close(self) -> None:
+        """Drop everything, prepared transactions included, and the spill directory if ours."""
+        self.reset()
+        for txn in self._prepared.values():
+            self._release(txn)
         self._prepared.clear()
-        self.memory_bytes = 0
         if self._owned_spill_dir is not None:
             self._owned_spill_dir.cleanup()
             self._owned_spill_dir, self._spill_dir = None, None

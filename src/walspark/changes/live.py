@@ -68,7 +68,7 @@ class LiveTransactions:
             return None
         passed = self._filter.feed(item)
         if isinstance(passed, Reconnected):
-            self.assembler.close()  # a partly received transaction is resent whole
+            self.assembler.reset()  # a partly received transaction is resent whole
         elif isinstance(passed, RawMessage):
             return self.assembler.feed(passed.data_start, passed.payload)
         return []
