@@ -1,0 +1,736 @@
+"""Apply change rows to Delta Lake tables: mirrors (SCD1) and history (SCD2), exactly once.
+
+Input: a change DataFrame in the data source's **per-table layout** (pipeline.md §4): the
+envelope columns (``_commit_lsn, _lsn, _seq, _xid, _commit_time, _origin, _op, _schema, _table,
+_relation_version, _key``), then the table's own columns flattened with their Spark types, then
+``_old`` (struct) and ``_unchanged`` (names of unchanged-TOAST columns). Every column that is not
+an envelope column, ``_old`` or ``_unchanged`` is a row column. This module does not import the
+data source: it works on any DataFrame of that shape (:func:`change_rows_table_layout` turns
+:class:`~walspark.changes.rows.ChangeRowBuilder` batches into it).
+
+Per table, per micro-batch (SCD1):
+
+1. order the changes by ``(_commit_lsn, _seq)``; an update that changed the key becomes a delete
+   of the old key followed by the update;
+2. split at the last TRUNCATE: changes before it are dropped, the MERGE deletes every target
+   row no later change touches (``whenNotMatchedBySource`` delete) — so the truncate and the
+   changes after it land in one commit;
+3. fold to the last change per key; an unchanged-TOAST column takes the value of the latest
+   earlier change of that key in the batch that carried it, else it is left to the MERGE, which
+   keeps the target's value (``CASE WHEN array_contains(s.unchanged, i) THEN t.c ELSE s.c END``)
+   — never NULL, never a placeholder;
+4. one MERGE: delete, update, insert, with Delta's ``txnAppId``/``txnVersion`` set so a
+   replayed batch is a no-op (verified: Delta 4.4 records and honours them for MERGE).
+
+Keys are the replica identity (``_key``; REPLICA IDENTITY FULL flags every column, so rows match
+on all columns, null-safe ``<=>``). A table with no key (REPLICA IDENTITY NOTHING — PostgreSQL
+then refuses UPDATE/DELETE on a table that publishes them) is applied append-only, with a
+warning; updates and deletes that still arrive are dropped and logged.
+
+Schema evolution: new columns are added, columns missing from the batch stay in the Delta table
+(NULL in rows inserted or updated from then on), integral/float/decimal types widen with Delta
+type widening, anything else raises :class:`SchemaEvolutionError` for that table only. A
+PostgreSQL ``RENAME COLUMN`` therefore shows as a new column (the new name) and an old one that
+stops being filled. Delta tables are created with column mapping (``name`` mode), so any
+PostgreSQL identifier keeps its name; SQL text here always backquotes identifiers, and refers to
+values by position, never by splicing names into string literals.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructField
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["scd1", "scd2"]
+
+ENVELOPE_COLUMNS = (
+    "_commit_lsn", "_lsn", "_seq", "_xid", "_commit_time", "_origin", "_op",
+    "_schema", "_table", "_relation_version", "_key",
+)  # fmt: skip
+CHANGE_COLUMNS = frozenset((*ENVELOPE_COLUMNS, "_old", "_unchanged"))
+
+#: SCD2 validity columns: structs of the commit LSN and commit time of the change that opened /
+#: closed the row version (``__END_AT`` null on the current version).
+START_AT = "__START_AT"
+END_AT = "__END_AT"
+SCD2_COLUMNS = (START_AT, END_AT)
+VALIDITY_DDL = "STRUCT<lsn: BIGINT, commit_time: TIMESTAMP>"
+SCD2_DDL = ((START_AT, VALIDITY_DDL), (END_AT, VALIDITY_DDL))
+
+#: Prefix of the helper columns of the folded source (they never reach the Delta table).
+_P = "__ws_"
+
+TABLE_PROPERTIES = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+class SchemaEvolutionError(RuntimeError):
+    """A source column changed in a way the Delta table cannot follow safely."""
+
+
+# ---------------------------------------------------------------------------------------------
+# SQL-expression helpers (shared by SCD1 and SCD2)
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier for any name: backquoted, inner backquotes doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def ref(alias: str, name: str) -> str:
+    """``alias.`name```: a column of a MERGE side."""
+    return f"{alias}.{quote(name)}"
+
+
+def key_condition(keys: Sequence[str], source_keys: Sequence[str] | None = None) -> str:
+    """Null-safe key match of target ``t`` and source ``s`` (``false`` without a key)."""
+    if not keys:
+        return "false"
+    source_keys = source_keys or [key_column(i) for i in range(len(keys))]
+    return " AND ".join(f"{ref('t', k)} <=> {ref('s', sk)}" for k, sk in zip(keys, source_keys, strict=True))
+
+
+def key_column(i: int) -> str:
+    """Name of the i-th key value column of a folded source."""
+    return f"{_P}k{i}"
+
+
+def value_column(i: int) -> str:
+    """Name of the i-th resolved value (a ``struct<v>``, null while unresolved)."""
+    return f"{_P}v{i}"
+
+
+def lsn_literal_order(commit_lsn: int, seq: int) -> Column:
+    """``(_commit_lsn, _seq) > (commit_lsn, seq)``: the rows after a given change."""
+    from pyspark.sql import functions as F
+
+    c, s = F.col("_commit_lsn"), F.col("_seq")
+    return (c > commit_lsn) | ((c == commit_lsn) & (s > seq))
+
+
+def validity_struct(lsn: Column, commit_time: Column) -> Column:
+    """An SCD2 validity value (``__START_AT``/``__END_AT``)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(lsn.cast("bigint").alias("lsn"), commit_time.cast("timestamp").alias("commit_time"))
+
+
+#: The total order of changes within a batch (a key change's departure sorts before its update).
+ORDER_COLUMNS = ("_commit_lsn", "_seq", f"{_P}sub")
+
+
+def change_order() -> Column:
+    """:data:`ORDER_COLUMNS` as one comparable struct (for ``max_by``)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(*[F.col(c) for c in ORDER_COLUMNS])
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan of one table's batch
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """A TRUNCATE of the table within the batch: its position and commit."""
+
+    commit_lsn: int
+    seq: int
+    commit_time_us: int  # µs since the Unix epoch (no Python datetime round trip through time zones)
+
+    def validity(self) -> Column:
+        """The truncate as an SCD2 validity value (it closes the rows current at that point)."""
+        from pyspark.sql import functions as F
+
+        return validity_struct(F.lit(self.commit_lsn), F.timestamp_micros(F.lit(self.commit_time_us)))
+
+    def validity_sql(self) -> str:
+        return f"named_struct('lsn', CAST({self.commit_lsn} AS BIGINT), 'commit_time', timestamp_micros({self.commit_time_us}))"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFacts:
+    """What one cheap aggregation tells about a table's batch before any write."""
+
+    schema: str
+    table: str
+    rows: int
+    keys: tuple[str, ...]
+    max_commit_lsn: int
+    truncates: tuple[Truncate, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What :func:`apply_changes` did for one table."""
+
+    schema: str
+    table: str
+    path: str
+    rows: int
+    skipped: bool = False
+    commit_lsn: int | None = None
+
+
+def row_fields(df: DataFrame) -> list[StructField]:
+    """The table's own columns of a per-table change DataFrame (everything but the envelope)."""
+    return [f for f in df.schema.fields if f.name not in CHANGE_COLUMNS]
+
+
+def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str] | None) -> BatchFacts | None:
+    """One aggregation: the table, row count, replica identity, last commit LSN and truncates."""
+    from pyspark.sql import functions as F
+
+    ordering = F.struct("_commit_lsn", "_seq")
+    row = df.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.collect_set(F.struct("_schema", "_table")).alias("tables"),
+        F.max_by("_key", ordering).alias("key"),
+        F.max("_commit_lsn").alias("max_lsn"),
+        F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
+            "truncs"
+        ),
+    ).first()
+    if row is None or row["n"] == 0:
+        return None
+    names = {(t["_schema"], t["_table"]) for t in row["tables"]}
+    if table is None:
+        if len(names) != 1:
+            raise ValueError(f"a change batch for one table expected, got {sorted(names)}: pass table=(schema, name)")
+        (table,) = names
+    elif names - {tuple(table)}:
+        raise ValueError(f"change batch holds rows of {sorted(names - {tuple(table)})}, not only of {table}")
+    truncates = tuple(sorted(Truncate(t[0], t[1], t[2]) for t in row["truncs"]))
+    return BatchFacts(
+        schema=table[0],
+        table=table[1],
+        rows=row["n"],
+        keys=tuple(keys) if keys is not None else tuple(row["key"] or ()),
+        max_commit_lsn=row["max_lsn"],
+        truncates=truncates,
+    )
+
+
+def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """I/U/D rows with their key values (``__ws_k<i>``) and a tiebreak ``__ws_sub``.
+
+    A delete's key is in ``_old``; an update that changed the key (``_old`` present with other
+    key values) also emits a delete of the old key just before it — so a fold per key sees the
+    row leave its old key.
+    """
+    from pyspark.sql import functions as F
+
+    op = F.col("_op")
+    new_key = [F.col(quote(k)) for k in keys]
+    old_key = [F.col("_old").getField(k) for k in keys]
+    base = rows.where(op.isin("I", "U", "D"))
+    keyed = base.select(
+        "*",
+        *[F.when(op == "D", o).otherwise(n).alias(key_column(i)) for i, (n, o) in enumerate(zip(new_key, old_key))],
+        F.lit(1).alias(f"{_P}sub"),
+    )
+    if not keys:
+        return keyed
+    moved = functools.reduce(operator.or_, [~n.eqNullSafe(o) for n, o in zip(new_key, old_key)])
+    departures = (
+        base.where((op == "U") & F.col("_old").isNotNull() & moved)
+        .select("*", *[o.alias(key_column(i)) for i, o in enumerate(old_key)], F.lit(0).alias(f"{_P}sub"))
+        .withColumn("_op", F.lit("D"))
+    )
+    return keyed.unionByName(departures)
+
+
+def carries(name: str) -> Column:
+    """Whether a change carries a value for column ``name`` (not a delete, not unchanged TOAST)."""
+    from pyspark.sql import functions as F
+
+    return (F.col("_op") != "D") & ~F.array_contains(F.col("_unchanged"), name)
+
+
+def carried_value(name: str) -> Column:
+    """``struct(value)`` where the change carries the column, else null (so NULL values count)."""
+    from pyspark.sql import functions as F
+
+    return F.when(carries(name), F.struct(F.col(quote(name)).alias("v")))
+
+
+def unresolved_indexes(names: Sequence[str], op: Column) -> Column:
+    """``array<int>`` of positions of columns whose value is still unknown (take the target's)."""
+    from pyspark.sql import functions as F
+
+    if not names:
+        return F.array().cast("array<int>")
+    return F.array_compact(
+        F.array(*[F.when((op != "D") & F.col(value_column(i)).isNull(), F.lit(i)) for i in range(len(names))])
+    )
+
+
+def fold_last_per_key(changes: DataFrame, keys: Sequence[str], names: Sequence[str]) -> DataFrame:
+    """SCD1 fold: one row per key — the last change, with unchanged-TOAST values resolved in-batch.
+
+    ``max_by`` over the change order picks the last change; per column, ``max_by`` of the value
+    over the orders of only the changes that carried it picks the latest carried value (rows
+    whose ordering is null are ignored by ``max_by``). Output: ``__ws_k<i>``, ``__ws_op``,
+    ``__ws_lsn``, the row columns by name, and ``__ws_unchanged`` (positions still unresolved).
+    """
+    from pyspark.sql import functions as F
+
+    order = change_order()
+    group = [key_column(i) for i in range(len(keys))]
+    aggs = [F.max_by(F.struct(F.col("_op").alias("op"), F.col("_commit_lsn").alias("lsn")), order).alias(f"{_P}last")]
+    aggs += [F.max_by(carried_value(c), F.when(carries(c), order)).alias(value_column(i)) for i, c in enumerate(names)]
+    folded = changes.groupBy(*group).agg(*aggs)
+    op = F.col(f"{_P}last.op")
+    return folded.select(
+        *group,
+        op.alias(f"{_P}op"),
+        F.col(f"{_P}last.lsn").alias(f"{_P}lsn"),
+        *[F.col(value_column(i)).getField("v").alias(c) for i, c in enumerate(names)],
+        unresolved_indexes(names, op).alias(f"{_P}unchanged"),
+    )
+
+
+def append_only(changes: DataFrame, names: Sequence[str]) -> DataFrame:
+    """A table without a key: every insert is a new row (the folded-source shape, no key)."""
+    from pyspark.sql import functions as F
+
+    return changes.where(F.col("_op") == "I").select(
+        F.lit("I").alias(f"{_P}op"),
+        F.col("_commit_lsn").alias(f"{_P}lsn"),
+        *[F.col(quote(c)) for c in names],
+        F.array().cast("array<int>").alias(f"{_P}unchanged"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Target tables: creation and schema evolution
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+_FLOATING = ("float", "double")
+
+
+def _widening(source: DataType, target: DataType) -> DataType | None | Literal[False]:
+    """How the target column must change to take ``source`` values.
+
+    None: as is (same type, or the target is wider and values cast up on write); a DataType: the
+    target must widen to it; False: incompatible.
+    """
+    from pyspark.sql.types import DecimalType
+
+    s, t = source.simpleString(), target.simpleString()
+    if s == t:
+        return None
+    for ladder in (_INTEGRAL, _FLOATING):
+        if s in ladder and t in ladder:
+            return source if ladder.index(s) > ladder.index(t) else None
+    if s in _INTEGRAL[:3] and t == "double":
+        return None
+    if isinstance(source, DecimalType) and isinstance(target, DecimalType):
+        scale = max(source.scale, target.scale)
+        digits = max(source.precision - source.scale, target.precision - target.scale)
+        if digits + scale > 38:
+            return False
+        wide = DecimalType(digits + scale, scale)
+        return None if wide == target else wide
+    if s in _INTEGRAL and isinstance(target, DecimalType):
+        return None if target.precision - target.scale >= {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[s] else False
+    return False
+
+
+@dataclass(slots=True)
+class TargetTable:
+    """One Delta table of the target: created with column mapping, evolved to fit each batch."""
+
+    spark: SparkSession
+    path: str
+    qualified: str
+
+    @property
+    def sql_name(self) -> str:
+        return f"delta.{quote(self.path)}"
+
+    def exists(self) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, self.path)
+
+    def create(self, fields: Iterable[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> None:
+        from delta.tables import DeltaTable
+
+        builder = DeltaTable.createIfNotExists(self.spark).location(self.path)
+        for f in fields:
+            builder = builder.addColumn(f.name, f.dataType, nullable=True)
+        for name, ddl in extra_ddl:
+            builder = builder.addColumn(name, ddl, nullable=True)
+        for k, v in TABLE_PROPERTIES.items():
+            builder = builder.property(k, v)
+        builder.execute()
+
+    def columns(self) -> list[StructField]:
+        from delta.tables import DeltaTable
+
+        return list(DeltaTable.forPath(self.spark, self.path).toDF().schema.fields)
+
+    def evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Make the table fit the batch's columns; returns the table's columns the batch lacks.
+
+        Checks every column before changing anything, so an incompatible change leaves the table
+        as it was.
+        """
+        if not self.exists():
+            self.create(fields, extra_ddl)
+            return []
+        current = {f.name: f for f in self.columns()}
+        added = [f for f in fields if f.name not in current]
+        widened: list[tuple[str, DataType]] = []
+        for f in fields:
+            if f.name in current:
+                change = _widening(f.dataType, current[f.name].dataType)
+                if change is False:
+                    raise SchemaEvolutionError(
+                        f"{self.qualified}: column {f.name!r} changed from {current[f.name].dataType.simpleString()} "
+                        f"to {f.dataType.simpleString()}, which the Delta table at {self.path} cannot widen to; "
+                        "other tables keep going. Re-snapshot this table into a new target, or cast the column "
+                        "in PostgreSQL to a compatible type"
+                    )
+                if change is not None:
+                    widened.append((f.name, change))
+        if widened:
+            self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+            for name, dtype in widened:
+                log.warning("%s: widening column %r to %s", self.qualified, name, dtype.simpleString())
+                self.spark.sql(f"ALTER TABLE {self.sql_name} ALTER COLUMN {quote(name)} TYPE {dtype.simpleString()}")
+        if added:
+            log.warning("%s: adding columns %s", self.qualified, [f.name for f in added])
+            cols = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in added)
+            self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
+        extra = {name for name, _ in extra_ddl}
+        present = {f.name for f in fields}
+        return [name for name in current if name not in present and name not in extra]
+
+
+# ---------------------------------------------------------------------------------------------
+# Exactly once
+
+
+class IdempotentWrite:
+    """Context manager: Delta writes inside carry ``txnAppId``/``txnVersion`` (and a commit note).
+
+    Delta records the pair in the same commit as the data and skips any later write with a
+    version at or below the recorded one for that app id — so a replayed batch changes nothing.
+    """
+
+    def __init__(self, spark: SparkSession, app_id: str, version: int, note: str) -> None:
+        self.spark, self.settings = spark, {_TXN_APP_ID: app_id, _TXN_VERSION: str(version), _USER_METADATA: note}
+
+    def __enter__(self) -> None:
+        for k, v in self.settings.items():
+            self.spark.conf.set(k, v)
+
+    def __exit__(self, *exc: object) -> None:
+        for k in self.settings:
+            self.spark.conf.unset(k)
+
+
+def txn_app_id(app_id: str, schema: str, table: str, step: str = "") -> str:
+    """Delta's transaction app id of one query's writes to one table (one per write step)."""
+    return f"{app_id}/{schema}.{table}{'#' + step if step else ''}"
+
+
+# ---------------------------------------------------------------------------------------------
+# SCD1
+
+
+def merge_scd1(target: TargetTable, source: DataFrame, keys: Sequence[str], names: Sequence[str],
+               dropped: Sequence[str], truncated: bool) -> None:  # fmt: skip
+    """The one MERGE of an SCD1 batch (``source`` as folded by :func:`fold_last_per_key`)."""
+    from delta.tables import DeltaTable
+
+    is_delete, not_delete = f"s.{_P}op = 'D'", f"s.{_P}op <> 'D'"
+    unchanged = f"s.{_P}unchanged"
+    update = {
+        quote(c): f"CASE WHEN array_contains({unchanged}, {i}) THEN {ref('t', c)} ELSE {ref('s', c)} END"
+        for i, c in enumerate(names)
+    }
+    update.update({quote(c): "NULL" for c in dropped})
+    merge = DeltaTable.forPath(target.spark, target.path).alias("t").merge(source.alias("s"), key_condition(keys))
+    if keys:
+        merge = merge.whenMatchedDelete(condition=is_delete).whenMatchedUpdate(condition=not_delete, set=update)
+    merge = merge.whenNotMatchedInsert(condition=not_delete, values={quote(c): ref("s", c) for c in names})
+    if truncated:
+        merge = merge.whenNotMatchedBySourceDelete()
+    merge.execute()
+
+
+def multiset_deltas(rows: DataFrame, names: Sequence[str]) -> DataFrame:
+    """Net count change per row value: +1 per row inserted (I, U's new row), -1 per row removed.
+
+    With REPLICA IDENTITY FULL there is no key: identical rows are legitimately several, and a
+    delete removes one of them. Counting makes the batch's order irrelevant and keeps
+    duplicates exact. An unchanged-TOAST value of an update's new row is the old row's value
+    (FULL sends the whole old row).
+    """
+    from pyspark.sql import functions as F
+
+    op = F.col("_op")
+    old = [F.col("_old").getField(c).alias(c) for c in names]
+    new = [
+        F.when(F.array_contains(F.col("_unchanged"), c), F.col("_old").getField(c)).otherwise(F.col(quote(c))).alias(c)
+        for c in names
+    ]
+    added = rows.where(op.isin("I", "U")).select(*new, F.lit(1).alias(f"{_P}n"))
+    removed = rows.where(op.isin("U", "D")).select(*old, F.lit(-1).alias(f"{_P}n"))
+    return added.unionByName(removed).groupBy(*[quote(c) for c in names]).agg(F.sum(f"{_P}n").alias(f"{_P}n"))
+
+
+def merge_multiset(target: TargetTable, rows: DataFrame, names: Sequence[str], dropped: Sequence[str],
+                   truncated: bool) -> None:  # fmt: skip
+    """Apply net counts in one MERGE: values that lost rows are deleted and re-inserted as many
+    times as they remain (the target's count, read first, plus the net change); values that only
+    gained rows get that many inserts."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    n, final, action = f"{_P}n", f"{_P}final", f"{_P}action"
+    deltas = multiset_deltas(rows, names).where(F.col(n) != 0)
+    if truncated:  # the changes after the truncate apply to an empty table
+        counted = deltas.withColumn(final, F.col(n))
+    else:
+        current = DeltaTable.forPath(target.spark, target.path).toDF()
+        current = current.groupBy(*[F.col(quote(c)).alias(f"{_P}t{i}") for i, c in enumerate(names)]).agg(
+            F.count(F.lit(1)).alias(f"{_P}tn")
+        )
+        match = functools.reduce(
+            operator.and_, [deltas[quote(c)].eqNullSafe(current[f"{_P}t{i}"]) for i, c in enumerate(names)]
+        )
+        counted = deltas.join(current, match, "left").withColumn(
+            final, F.when(F.col(n) < 0, F.coalesce(F.col(f"{_P}tn"), F.lit(0)) + F.col(n)).otherwise(F.col(n))
+        )
+    value_cols = [F.col(quote(c)) for c in names]
+    removals = counted.where(F.col(n) < 0).select(*value_cols, F.lit("match").alias(action))
+    inserts = counted.where(F.col(final) > 0).select(
+        *value_cols, F.lit("insert").alias(action), F.explode(F.sequence(F.lit(1), F.col(final))).alias(f"{_P}copy")
+    )
+    source = inserts.drop(f"{_P}copy").unionByName(removals)
+    on = f"s.{action} = 'match' AND " + key_condition(names, names)
+    merge = (
+        DeltaTable.forPath(target.spark, target.path)
+        .alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete()
+        .whenNotMatchedInsert(condition=f"s.{action} = 'insert'", values={quote(c): ref("s", c) for c in names})
+    )
+    if truncated:
+        merge = merge.whenNotMatchedBySourceDelete()
+    merge.execute()
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry point
+
+
+def apply_changes(
+    batch_df: DataFrame,
+    batch_id: int,
+    *,
+    target: str,
+    table: tuple[str, str] | None = None,
+    keys: Sequence[str] | None = None,
+    mode: Mode = "scd1",
+    app_id: str = "walspark",
+) -> ApplyResult | None:
+    """Apply one micro-batch of one table's changes to ``<target>/<schema>/<table>``.
+
+    ``batch_df`` is a per-table change DataFrame (see the module docstring); ``table`` defaults
+    to the one in the rows and ``keys`` to their replica identity (``_key``; user keys must be
+    among the replica identity columns, since deletes carry only those). ``app_id`` must stay the
+    same for one streaming query across restarts (its checkpoint) and differ between queries
+    writing the same target: it scopes the idempotence of ``batch_id``. Returns None for an
+    empty batch.
+    """
+    if mode not in ("scd1", "scd2"):
+        raise ValueError(f"mode must be 'scd1' or 'scd2', not {mode!r}")
+    from .progress import ProgressTable
+
+    spark = batch_df.sparkSession
+    batch_df = batch_df.persist()
+    try:
+        facts = batch_facts(batch_df, table, keys)
+        if facts is None:
+            return None
+        schema, name = facts.schema, facts.table
+        path = f"{target.rstrip('/')}/{schema}/{name}"
+        progress = ProgressTable(spark, target)
+        done = progress.last(app_id, schema, name)
+        if done is not None and done.batch_id >= batch_id:
+            log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
+            return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn)
+        rows = batch_df
+        if done is not None and done.commit_lsn is not None:
+            from pyspark.sql import functions as F
+
+            rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+        fields = row_fields(batch_df)
+        names = [f.name for f in fields]
+        missing = [k for k in facts.keys if k not in names]
+        if missing:
+            raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
+        tgt = TargetTable(spark, path, f"{schema}.{name}")
+        note = f'{{"app_id": {app_id!r}, "batch_id": {batch_id}, "commit_lsn": {facts.max_commit_lsn}}}'
+        # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
+        dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else ())
+        with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note.replace("'", '"')):
+            if mode == "scd1":
+                _apply_scd1(tgt, rows, facts, fields, dropped)
+            else:
+                from .apply_scd2 import apply_scd2
+
+                apply_scd2(tgt, rows, facts, fields)
+        progress.record(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
+        return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
+    finally:
+        batch_df.unpersist()
+
+
+def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],
+                dropped: Sequence[str]) -> None:  # fmt: skip
+    names = [f.name for f in fields]
+    if facts.truncates:
+        last = facts.truncates[-1]
+        rows = rows.where(lsn_literal_order(last.commit_lsn, last.seq))
+    if facts.keys and set(facts.keys) == set(names):
+        # REPLICA IDENTITY FULL (every column is "key"): the table is a multiset of row values.
+        merge_multiset(tgt, rows, names, dropped, truncated=bool(facts.truncates))
+        return
+    changes = keyed_changes(rows, facts.keys)
+    if facts.keys:
+        source = fold_last_per_key(changes, facts.keys, names)
+    else:
+        log.warning(
+            "%s has no replica identity key: applied append-only (inserts appended, updates/deletes dropped)",
+            tgt.qualified,
+        )
+        source = append_only(changes, names)
+    merge_scd1(tgt, source, facts.keys, names, dropped, truncated=bool(facts.truncates))
+
+
+# ---------------------------------------------------------------------------------------------
+# Builder
+
+
+@dataclass(frozen=True, slots=True)
+class _TableOptions:
+    mode: Mode = "scd1"
+    keys: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ApplyChanges:
+    """Builder of a ``foreachBatch`` sink, in the spirit of Delta's Python API.
+
+    >>> sink = ApplyChanges("/lake").app_id("orders-query").scd2("public.orders").keys("public.items", "id")
+    >>> stream.writeStream.foreachBatch(sink.foreach_batch).start()      # doctest: +SKIP
+
+    Each call returns a new builder; tables default to SCD1 with their replica identity key.
+    """
+
+    target: str
+    _app_id: str = "walspark"
+    _tables: dict[str, _TableOptions] = field(default_factory=dict)
+
+    def app_id(self, app_id: str) -> ApplyChanges:
+        """The id scoping batch ids (one per streaming query/checkpoint)."""
+        return replace(self, _app_id=app_id)
+
+    def _with(self, table: str, **changes: object) -> ApplyChanges:
+        options = replace(self._tables.get(table, _TableOptions()), **changes)  # type: ignore[arg-type]
+        return replace(self, _tables={**self._tables, table: options})
+
+    def scd1(self, *tables: str) -> ApplyChanges:
+        """Mirror these tables (``schema.table``): the default."""
+        return functools.reduce(lambda b, t: b._with(t, mode="scd1"), tables, self)
+
+    def scd2(self, *tables: str) -> ApplyChanges:
+        """Keep the history of these tables (``schema.table``) with ``__START_AT``/``__END_AT``."""
+        return functools.reduce(lambda b, t: b._with(t, mode="scd2"), tables, self)
+
+    def keys(self, table: str, *columns: str) -> ApplyChanges:
+        """Match rows of ``table`` on these columns instead of its replica identity."""
+        return self._with(table, keys=tuple(columns))
+
+    def options_for(self, schema: str, table: str) -> _TableOptions:
+        return self._tables.get(f"{schema}.{table}", _TableOptions())
+
+    def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+        """Apply a per-table change batch (a ``foreachBatch`` function)."""
+        from pyspark.sql import functions as F
+
+        tables = [(r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect()]
+        results = []
+        for schema, table in tables:
+            options = self.options_for(schema, table)
+            part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == table)) if len(tables) > 1 else batch_df
+            result = apply_changes(
+                part, batch_id, target=self.target, table=(schema, table), keys=options.keys,
+                mode=options.mode, app_id=self._app_id,
+            )  # fmt: skip
+            if result is not None:
+                results.append(result)
+        return results
+
+    __call__ = foreach_batch
+
+
+# ---------------------------------------------------------------------------------------------
+# Adapter: ChangeRowBuilder batches → the per-table layout
+
+
+def change_rows_table_layout(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """Flatten ``_new`` of change-row batches into the data source's per-table layout.
+
+    Envelope columns, then ``_new``'s fields as top-level columns, then ``_old`` and
+    ``_unchanged`` — what ``spark.createDataFrame`` needs to feed :func:`apply_changes` without
+    the data source.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    new = table.column("_new").combine_chunks()
+    valid = new.is_valid()
+    columns = [table.column(c) for c in ENVELOPE_COLUMNS]
+    fields = [table.schema.field(c) for c in ENVELOPE_COLUMNS]
+    for i, f in enumerate(new.type):
+        # A null _new (delete, truncate) has all-null fields, whatever the child arrays hold.
+        columns.append(pc.if_else(valid, new.field(i), pa.nulls(len(new), f.type)))
+        fields.append(pa.field(f.name, f.type))
+    for c in ("_old", "_unchanged"):
+        columns.append(table.column(c))
+        fields.append(table.schema.field(c))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def change_dataframe(spark: SparkSession, batches: Iterable[pa.RecordBatch | pa.Table]) -> DataFrame:
+    """A per-table change DataFrame from change-row batches of one table shape."""
+    import pyarrow as pa
+
+    tables = [change_rows_table_layout(b) for b in batches]
+    return spark.createDataFrame(pa.concat_tables(tables))

@@ -1,0 +1,162 @@
+"""SCD2: keep every committed version of each row, with validity intervals.
+
+A history table has the source's columns plus ``__START_AT`` and ``__END_AT``, each a
+``struct<lsn: bigint, commit_time: timestamp>`` — the commit LSN (the order that is exact) and
+commit time (the one humans query) of the transaction that made the version current / replaced
+it. ``__END_AT`` is null on the current version. The interval is half-open:
+``[__START_AT, __END_AT)``.
+
+- Versions are per *transaction*: several changes of one key inside one transaction give one
+  version (its state at commit) — intermediate states were never visible to anyone.
+- An update closes the current version and opens a new one; a delete closes it (no row for the
+  delete itself); an insert after a delete opens a new version; an update that changes the key
+  closes the old key's version and opens one under the new key.
+- TRUNCATE closes every version current at that point (at the truncate's commit).
+- Unchanged TOAST values come from the previous version of the key in the batch, else from the
+  target's current version.
+
+The whole batch is one MERGE: "close" rows (one per key whose current version this batch
+replaces: matched on key and ``__END_AT IS NULL``) and "insert" rows (every new version, with
+its end already known when a later change in the batch replaced it), plus, when the batch holds
+a TRUNCATE, ``whenNotMatchedBySource`` closing the remaining current versions. One commit, so
+the batch's ``txnAppId``/``txnVersion`` makes it idempotent like SCD1.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from delta.tables import DeltaTable
+
+from .apply import (
+    END_AT,
+    ORDER_COLUMNS,
+    START_AT,
+    BatchFacts,
+    TargetTable,
+    carried_value,
+    key_column,
+    keyed_changes,
+    quote,
+    ref,
+    validity_struct,
+    value_column,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructField
+
+_P = "__ws_"
+
+
+def _segment(truncates: Sequence) -> Column:
+    """How many of the batch's truncates precede each change (its segment, 0 before any)."""
+    from pyspark.sql import functions as F
+
+    from .apply import lsn_literal_order
+
+    if not truncates:
+        return F.lit(0)
+    return functools.reduce(operator.add, [F.when(lsn_literal_order(t.commit_lsn, t.seq), 1).otherwise(0) for t in truncates])
+
+
+def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: TargetTable) -> DataFrame:
+    """One row per key per transaction (per truncate segment) with its values and validity."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = [key_column(i) for i in range(len(facts.keys))]
+    changes = keyed_changes(rows, facts.keys).withColumn(f"{_P}seg", _segment(facts.truncates))
+    running = Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    changes = changes.select(
+        *keys, "_op", "_commit_lsn", "_commit_time", "_seq", f"{_P}sub", f"{_P}seg",
+        *[F.last(carried_value(c), ignorenulls=True).over(running).alias(value_column(i)) for i, c in enumerate(names)],
+    )  # fmt: skip
+    per_txn = Window.partitionBy(*keys, "_commit_lsn", f"{_P}seg").orderBy(F.desc("_seq"), F.desc(f"{_P}sub"))
+    last = changes.withColumn(f"{_P}rn", F.row_number().over(per_txn)).where(F.col(f"{_P}rn") == 1)
+
+    # Values still unknown (unchanged TOAST with no earlier change in the batch): the target's.
+    current = DeltaTable.forPath(tgt.spark, tgt.path).toDF().where(F.col(END_AT).isNull())
+    target_cols = {f.name for f in current.schema.fields}
+    current = current.select(
+        *[F.col(quote(k)).alias(f"{_P}t{i}") for i, k in enumerate(facts.keys)],
+        *[F.struct(F.col(quote(c)).alias("v")).alias(f"{_P}tv{i}") for i, c in enumerate(names) if c in target_cols],
+    )
+    match = functools.reduce(operator.and_, [last[k].eqNullSafe(current[f"{_P}t{i}"]) for i, k in enumerate(keys)])
+    joined = last.join(current, match, "left")
+
+    by_key = Window.partitionBy(*keys).orderBy("_commit_lsn", f"{_P}seg")
+    seg = F.col(f"{_P}seg")
+    truncates = F.array(*[t.validity() for t in facts.truncates]) if facts.truncates else None
+    nxt = validity_struct(F.lead("_commit_lsn").over(by_key), F.lead("_commit_time").over(by_key))
+    same_segment = F.lead(f"{_P}seg").over(by_key) == seg
+    end = F.when(same_segment, nxt)
+    if truncates is not None:
+        end = end.otherwise(F.get(truncates, seg))
+    values = []
+    for i, c in enumerate(names):
+        resolved = F.col(value_column(i))
+        if c in target_cols:
+            resolved = F.coalesce(resolved, F.col(f"{_P}tv{i}"))
+        values.append(resolved.getField("v").alias(c))
+    return joined.select(
+        *keys,
+        F.col("_op").alias(f"{_P}op"),
+        seg.alias(f"{_P}seg"),
+        (F.row_number().over(by_key) == 1).alias(f"{_P}first"),
+        validity_struct(F.col("_commit_lsn"), F.col("_commit_time")).alias(f"{_P}at"),
+        end.alias(f"{_P}end"),
+        *values,
+    )
+
+
+def apply_scd2(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField]) -> None:
+    """One MERGE that closes replaced versions and inserts the batch's new versions."""
+    from pyspark.sql import functions as F
+
+    if not facts.keys:
+        raise ValueError(
+            f"{tgt.qualified}: SCD2 needs a key (primary key or replica identity index, or .keys(...)); "
+            "a table with REPLICA IDENTITY NOTHING can only be applied as SCD1 (append-only)"
+        )
+    names = [f.name for f in fields]
+    keys = [key_column(i) for i in range(len(facts.keys))]
+    v = versions(rows, facts, names, tgt).persist()
+    try:
+        action = f"{_P}action"
+        closes = v.where(F.col(f"{_P}first") & (F.col(f"{_P}seg") == 0)).select(
+            *keys, F.lit("close").alias(action), F.col(f"{_P}at")
+        )
+        opens = v.where(F.col(f"{_P}op") != "D").select(
+            *keys, F.lit("insert").alias(action), F.col(f"{_P}at"), F.col(f"{_P}end"), *[F.col(quote(c)) for c in names]
+        )
+        source = opens.unionByName(closes, allowMissingColumns=True)
+        on = " AND ".join(
+            [f"s.{action} = 'close'", f"{ref('t', END_AT)} IS NULL"]
+            + [f"{ref('t', k)} <=> {ref('s', sk)}" for k, sk in zip(facts.keys, keys, strict=True)]
+        )
+        merge = (
+            DeltaTable.forPath(tgt.spark, tgt.path)
+            .alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedUpdate(set={quote(END_AT): f"s.{_P}at"})
+            .whenNotMatchedInsert(
+                condition=f"s.{action} = 'insert'",
+                values={
+                    **{quote(c): ref("s", c) for c in names},
+                    quote(START_AT): f"s.{_P}at",
+                    quote(END_AT): f"s.{_P}end",
+                },
+            )
+        )
+        if facts.truncates:
+            merge = merge.whenNotMatchedBySourceUpdate(
+                condition=f"{ref('t', END_AT)} IS NULL", set={quote(END_AT): facts.truncates[0].validity_sql()}
+            )
+        merge.execute()
+    finally:
+        v.unpersist()

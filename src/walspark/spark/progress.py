@@ -1,0 +1,118 @@
+"""walspark's own bookkeeping table: which batch of which query was applied to which table.
+
+It lives at ``<target>/_walspark/progress`` as a small Delta table, one row appended per table
+per applied micro-batch (appends never conflict with each other, so tables can be applied
+concurrently; the latest row per ``(app_id, schema, table)`` wins when reading).
+
+Why a table at all when the MERGE is already idempotent through Delta's ``txnAppId`` /
+``txnVersion``? Three reasons: a replayed batch is skipped without even planning its MERGE;
+the last applied *commit LSN* per table is visible to humans and to ``walspark run`` (status,
+resuming, checking the slot never ran ahead of the lakehouse); and rows whose commit LSN is at
+or below that mark are filtered out, which protects a table even when a batch is replayed under
+different batch ids.
+
+Crash windows (the progress row is written *after* the table's commit):
+
+- crash before the table's commit: nothing happened; the batch is replayed in full.
+- crash after the table's commit, before the progress row: the replayed MERGE carries the same
+  ``txnAppId``/``txnVersion`` and Delta skips it (the transaction id is recorded *in the same
+  commit* as the data), then the progress row is written.
+- crash after the progress row: the replay is skipped by the progress check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from walspark.protocol.lsn import format_lsn
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PROGRESS_DDL = (
+    "app_id STRING, schema_name STRING, table_name STRING, batch_id BIGINT, "
+    "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The last batch applied to one table by one query."""
+
+    batch_id: int
+    commit_lsn: int | None
+
+
+class ProgressTable:
+    """Reads and appends the per-table progress rows under ``<target>/_walspark/progress``.
+
+    The rows are read from Delta once per process and then kept in memory, updated by
+    :meth:`record`: a query is the only writer of its own ``app_id``'s rows, so after the first
+    read the process knows them, and each micro-batch saves a Spark job. A restarted process
+    reads them afresh (:meth:`forget` does the same in tests).
+    """
+
+    _known: ClassVar[dict[str, dict[tuple[str, str, str], Progress]]] = {}
+
+    def __init__(self, spark: SparkSession, target: str) -> None:
+        self.spark = spark
+        self.path = f"{target.rstrip('/')}/_walspark/progress"
+
+    @classmethod
+    def forget(cls) -> None:
+        """Drop what this process remembers (as a restart would)."""
+        cls._known.clear()
+
+    def _load(self) -> dict[tuple[str, str, str], Progress]:
+        known = self._known.get(self.path)
+        if known is None:
+            known = {}
+            if self._exists():
+                from pyspark.sql import functions as F
+
+                rows = (
+                    self.spark.read.format("delta")
+                    .load(self.path)
+                    .groupBy("app_id", "schema_name", "table_name")
+                    .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"))
+                    .collect()
+                )
+                known = {(r[0], r[1], r[2]): Progress(r["batch_id"], r["commit_lsn"]) for r in rows}
+            self._known[self.path] = known
+        return known
+
+    def _exists(self) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, self.path)
+
+    def last(self, app_id: str, schema: str, table: str) -> Progress | None:
+        """The latest progress of ``app_id`` for ``schema.table``, or None before any."""
+        return self._load().get((app_id, schema, table))
+
+    def last_commit_lsn(self, schema: str, table: str) -> int | None:
+        """The highest commit LSN any query applied to ``schema.table`` (for status and resume)."""
+        from pyspark.sql import functions as F
+
+        if not self._exists():
+            return None
+        df = self.spark.read.format("delta").load(self.path)
+        row = df.where((F.col("schema_name") == schema) & (F.col("table_name") == table)).agg(F.max("commit_lsn")).first()
+        return None if row is None else row[0]
+
+    def record(self, app_id: str, schema: str, table: str, batch_id: int, commit_lsn: int | None,
+               rows: int, mode: str) -> None:  # fmt: skip
+        """Append the progress row of one applied batch (after the table's commit is durable)."""
+        import datetime
+
+        lsn_text = None if commit_lsn is None else format_lsn(commit_lsn)
+        now = datetime.datetime.now(datetime.UTC)
+        df = self.spark.createDataFrame(
+            [(app_id, schema, table, batch_id, commit_lsn, lsn_text, rows, mode, now)], PROGRESS_DDL
+        )
+        known = self._load()
+        df.write.format("delta").mode("append").save(self.path)
+        previous = known.get((app_id, schema, table))
+        lsn = commit_lsn if previous is None or previous.commit_lsn is None else max(previous.commit_lsn, commit_lsn or 0)
+        known[(app_id, schema, table)] = Progress(max(batch_id, previous.batch_id if previous else batch_id), lsn)
