@@ -683,11 +683,17 @@ class ApplyChanges:
         """Apply a per-table change batch (a ``foreachBatch`` function)."""
         from pyspark.sql import functions as F
 
-        tables = [(r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect()]
+        tables = sorted((r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect())
         results = []
+        per_table = "_old" in batch_df.columns
         for schema, table in tables:
             options = self.options_for(schema, table)
-            part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == table)) if len(tables) > 1 else batch_df
+            if not per_table:
+                part = table_changes(batch_df, schema, table)
+            elif len(tables) > 1:
+                part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == table))
+            else:
+                part = batch_df
             result = apply_changes(
                 part, batch_id, target=self.target, table=(schema, table), keys=options.keys,
                 mode=options.mode, app_id=self._app_id,
@@ -700,7 +706,32 @@ class ApplyChanges:
 
 
 # ---------------------------------------------------------------------------------------------
-# Adapter: ChangeRowBuilder batches → the per-table layout
+# Adapters: the all-tables layout and ChangeRowBuilder batches → the per-table layout
+
+OLD_SUFFIX = ":old"
+
+
+def table_changes(df: DataFrame, schema: str, table: str) -> DataFrame:
+    """One table's rows of an all-tables change DataFrame, in the per-table layout.
+
+    The all-tables layout (pipeline.md §4) has, per published table, a struct column
+    ``"<schema>.<table>"`` (new row) and ``"<schema>.<table>:old"``; this selects the table's
+    rows and flattens its new-row struct. A per-table DataFrame is only filtered.
+    """
+    from pyspark.sql import functions as F
+
+    mine = (F.col("_schema") == schema) & (F.col("_table") == table)
+    if "_old" in df.columns:
+        return df.where(mine)
+    name = f"{schema}.{table}"
+    new = F.col(quote(name))
+    fields = df.schema[name].dataType.fields
+    return df.where(mine).select(
+        *ENVELOPE_COLUMNS,
+        *[new.getField(f.name).alias(f.name) for f in fields],
+        F.col(quote(name + OLD_SUFFIX)).alias("_old"),
+        "_unchanged",
+    )
 
 
 def change_rows_table_layout(batch: pa.RecordBatch | pa.Table) -> pa.Table:

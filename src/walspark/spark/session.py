@@ -86,4 +86,6 @@ def spark_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    from walspark.spark import register  # the pgoutput data source
+    register(spark)
     return spark

@@ -1,0 +1,96 @@
+"""From change-row batches (one per relation version) to the source's output batches.
+
+:class:`walspark.changes.rows.ChangeRowBuilder` produces, per relation version, the envelope
+plus ``_new``/``_old`` structs typed by *that* Relation message. Spark wants one Arrow schema
+for the whole scan — exactly the one it derives from the output StructType — so this module
+maps each batch onto it: flattening ``_new`` (per-table layout) or placing the structs in their
+table's column pair (all-tables layout), filling declared columns the Relation lacks with
+nulls, widening types where the declared one is wider, and renaming list fields the way Spark's
+Arrow conversion names them. Columns are moved, never converted row by row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from walspark.changes.relations import RelationVersion
+
+from .schema import ENVELOPE_NAMES, OLD_SUFFIX, OutputLayout
+
+__all__ = ["OutputShaper"]
+
+
+def _conform_struct(source: pa.StructArray, target: pa.StructType) -> pa.StructArray:
+    """``source`` re-laid as ``target``: fields by name, missing ones null, types cast; nulls kept."""
+    by_name = {source.type.field(i).name: i for i in range(source.type.num_fields)}
+    mask = source.is_null()
+    children = []
+    for i in range(target.num_fields):
+        field = target.field(i)
+        j = by_name.get(field.name)
+        if j is None:
+            children.append(pa.nulls(len(source), field.type))
+        else:
+            children.append(source.field(j).cast(field.type))
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+
+class OutputShaper:
+    """Maps ChangeRowBuilder batches onto the scan's Arrow schema (see the module docstring)."""
+
+    def __init__(self, schema: StructType, table: str | None) -> None:
+        self.layout = OutputLayout.from_schema(schema, table)
+        self.target = to_arrow_schema(schema, timezone="UTC")
+        self._index = {name: i for i, name in enumerate(self.target.names)}
+
+    def wants(self, version: RelationVersion) -> bool:
+        return self.layout.wants(version.qualified_name)
+
+    def shape(self, version: RelationVersion, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        name = version.qualified_name
+        if not self.layout.wants(name) or batch.num_rows == 0:
+            return None
+        if name not in self.layout.tables:
+            from .schema import SchemaChangedError
+
+            raise SchemaChangedError(f"changes of table {name}, which is not in the query's schema; restart the "
+                                     "query to read it")
+        n = batch.num_rows
+        target = self.target
+        columns: list[pa.Array] = [batch.column(c).cast(target.field(c).type) for c in ENVELOPE_NAMES]
+        new = batch.column("_new")
+        old = batch.column("_old")
+        unchanged = batch.column("_unchanged").cast(target.field("_unchanged").type)
+        if self.layout.table is not None:
+            table_type = target.field("_old").type
+            flat = _conform_struct(new, table_type).flatten()
+            columns.extend(flat)
+            columns.append(_conform_struct(old, table_type))
+            columns.append(unchanged)
+        else:
+            columns.append(unchanged)
+            for f in target:
+                if f.name in ENVELOPE_NAMES or f.name == "_unchanged":
+                    continue
+                if f.name == name:
+                    columns.append(_conform_struct(new, f.type))
+                elif f.name == name + OLD_SUFFIX:
+                    columns.append(_conform_struct(old, f.type))
+                else:
+                    columns.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=target)
+
+    def shape_all(self, built: Iterable[tuple[RelationVersion, pa.RecordBatch]],
+                  max_rows: int) -> Iterator[pa.RecordBatch]:
+        """Shape every batch, then yield them merged in commit order, at most ``max_rows`` each."""
+        shaped = [b for v, batch in built if (b := self.shape(v, batch)) is not None]
+        if not shaped:
+            return
+        table = pa.Table.from_batches(shaped, schema=self.target)
+        if len(shaped) > 1:
+            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
+        yield from table.combine_chunks().to_batches(max_chunksize=max_rows)

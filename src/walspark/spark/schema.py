@@ -1,0 +1,385 @@
+"""Output schemas of the ``pgoutput`` source, and where the tables' columns come from.
+
+Two layouts (docs/design/pipeline.md §4):
+
+* **per table** (``option("table", "schema.name")``): the envelope columns, the table's columns
+  flattened with their real Spark types (the row *after* the change; null for deletes), then
+  ``_old`` (struct of the same columns) and ``_unchanged``;
+* **all published tables** (default): the envelope, ``_unchanged``, and per table two typed
+  struct columns ``"<schema>.<table>"`` (new row) and ``"<schema>.<table>:old"`` — sparse, null on
+  other tables' rows. Exact types, no JSON.
+
+The schema is fixed when a query starts: streaming takes it from the catalog (the publication's
+tables and their published columns), a capture file from its own Relation messages. A table
+whose stream shape no longer fits the declared one raises :class:`SchemaChangedError`; the
+declared schema is read back from the Spark schema itself (:meth:`OutputLayout.from_schema`),
+so whatever Spark holds — the inferred schema or one the user passed — is what rows must fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import types as T
+
+from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
+from walspark.protocol import RelationColumn
+from walspark.values import TypeRegistry, spark_schema, spark_type
+
+__all__ = [
+    "ENVELOPE_NAMES",
+    "OutputLayout",
+    "SchemaChangedError",
+    "TableShape",
+    "TypeRegistration",
+    "apply_registrations",
+    "catalog_layout",
+    "catalog_registrations",
+    "check_relation",
+    "merge_structs",
+    "parse_table_name",
+    "published_tables",
+]
+
+OLD_SUFFIX = ":old"
+ENVELOPE_NAMES = tuple(ENVELOPE.names)
+
+
+class SchemaChangedError(RuntimeError):
+    """A table's shape in the stream differs from the schema the query started with.
+
+    Raised (at planning, once every change before the new shape has been delivered) when a
+    Relation message adds or retypes a column, or a table joins the publication. Restart the
+    query: the new schema is read from the catalog at start (``walspark run`` does it itself).
+    """
+
+
+def parse_table_name(text: str) -> tuple[str, str]:
+    """``schema.name`` (either part may be double-quoted, quotes doubled inside) → (schema, name).
+
+    A bare name means ``public``. Unquoted parts are kept as written (pgoutput reports the
+    catalog's spelling, which for unquoted identifiers created without quotes is lower case).
+    """
+    parts: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            j, buf = i + 1, []
+            while True:
+                k = text.find('"', j)
+                if k < 0:
+                    raise ValueError(f"unterminated quoted identifier in table name {text!r}")
+                buf.append(text[j:k])
+                if k + 1 < n and text[k + 1] == '"':
+                    buf.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            parts.append("".join(buf))
+        else:
+            k = text.find(".", i)
+            k = n if k < 0 else k
+            parts.append(text[i:k])
+            i = k
+        if i < n:
+            if text[i] != ".":
+                raise ValueError(f"invalid table name {text!r}: expected schema.name")
+            i += 1
+            if i == n:
+                raise ValueError(f"invalid table name {text!r}: empty name after '.'")
+    if len(parts) == 1:
+        parts.insert(0, "public")
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"invalid table name {text!r}: expected schema.name")
+    return parts[0], parts[1]
+
+
+# --------------------------------------------------------------------------- envelope and layouts
+
+
+def _envelope_fields() -> list[T.StructField]:
+    return [T.StructField(f.name, spark_type(f.type), f.nullable) for f in ENVELOPE]
+
+
+def _unchanged_field() -> T.StructField:
+    return T.StructField(UNCHANGED_FIELD.name, spark_type(UNCHANGED_FIELD.type), UNCHANGED_FIELD.nullable)
+
+
+def _plain(dt: T.DataType) -> str:
+    """A type's identity without field metadata or nullability."""
+    return dt.simpleString()
+
+
+@dataclass(frozen=True, slots=True)
+class TableShape:
+    """A table as declared: qualified name and its published columns as (name, type OID, typmod)."""
+
+    schema: str
+    table: str
+    columns: tuple[tuple[str, int, int], ...]
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def struct(self, registry: TypeRegistry, *, binary: bool = False) -> T.StructType:
+        return spark_schema(list(self.columns), registry, binary=binary)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputLayout:
+    """Which layout, and each declared table's columns (as Spark structs)."""
+
+    table: str | None  # qualified name in per-table mode, None for all tables
+    tables: Mapping[str, T.StructType]
+
+    @classmethod
+    def build(cls, tables: Mapping[str, T.StructType], table: str | None) -> OutputLayout:
+        if table is not None and table not in tables:
+            known = ", ".join(sorted(tables)) or "none"
+            raise ValueError(f"table {table!r} is not published (published tables: {known})")
+        return cls(table, dict(tables) if table is None else {table: tables[table]})
+
+    def spark_schema(self) -> T.StructType:
+        if self.table is not None:
+            columns = self.tables[self.table]
+            clash = [f.name for f in columns.fields if f.name in ENVELOPE_NAMES or f.name in ("_old", "_unchanged")]
+            if clash:
+                raise ValueError(f"table {self.table} has columns named like walspark's own ({', '.join(clash)}); "
+                                 "read it in all-tables mode instead (no table option)")
+            return T.StructType([*_envelope_fields(), *columns.fields, T.StructField("_old", columns, True),
+                                 _unchanged_field()])
+        fields = [*_envelope_fields(), _unchanged_field()]
+        for name in sorted(self.tables):
+            fields.append(T.StructField(name, self.tables[name], True))
+            fields.append(T.StructField(name + OLD_SUFFIX, self.tables[name], True))
+        return T.StructType(fields)
+
+    @classmethod
+    def from_schema(cls, schema: T.StructType, table: str | None) -> OutputLayout:
+        """Read the declared tables back from an output schema (the one Spark holds)."""
+        names = schema.fieldNames()
+        if table is not None:
+            try:
+                old = schema["_old"].dataType
+            except KeyError:
+                raise ValueError("a per-table schema needs an _old struct column") from None
+            assert isinstance(old, T.StructType)
+            return cls(table, {table: old})
+        tables = {}
+        for f in schema.fields:
+            if f.name in ENVELOPE_NAMES or f.name == "_unchanged" or f.name.endswith(OLD_SUFFIX):
+                continue
+            if not isinstance(f.dataType, T.StructType) or f.name + OLD_SUFFIX not in names:
+                raise ValueError(f"column {f.name!r} is not a table column pair (expected {f.name!r} and "
+                                 f"{f.name + OLD_SUFFIX!r} structs)")
+            tables[f.name] = f.dataType
+        return cls(None, tables)
+
+    def wants(self, qualified_name: str) -> bool:
+        return self.table is None or self.table == qualified_name
+
+
+# --------------------------------------------------------------------------- shape checks
+
+_WIDENINGS = {
+    ("smallint", "int"), ("smallint", "bigint"), ("int", "bigint"), ("float", "double"),
+}
+
+
+def _fits(actual: T.DataType, declared: T.DataType) -> bool:
+    if _plain(actual) == _plain(declared):
+        return True
+    if (_plain(actual), _plain(declared)) in _WIDENINGS:
+        return True
+    if isinstance(actual, T.DecimalType) and isinstance(declared, T.DecimalType):
+        return (declared.scale >= actual.scale
+                and declared.precision - declared.scale >= actual.precision - actual.scale)
+    if isinstance(actual, T.StructType) and isinstance(declared, T.StructType):
+        want = {f.name: f.dataType for f in declared.fields}
+        return all(f.name in want and _fits(f.dataType, want[f.name]) for f in actual.fields)
+    if isinstance(actual, T.ArrayType) and isinstance(declared, T.ArrayType):
+        return _fits(actual.elementType, declared.elementType)
+    return False
+
+
+def check_relation(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
+                   registry: TypeRegistry, *, binary: bool = False) -> None:
+    """Raise :class:`SchemaChangedError` unless rows of this Relation fit the declared schema.
+
+    Fits: every column of the Relation exists in the declared table with the same Spark type
+    or a lossless widening (int → bigint, float → double, a wider decimal). Declared columns
+    the Relation lacks are null — which lets a query started after ``ADD COLUMN`` read the
+    older changes still in the slot, instead of failing forever on them.
+    """
+    if not layout.wants(qualified_name):
+        return
+    declared = layout.tables.get(qualified_name)
+    if declared is None:
+        raise SchemaChangedError(
+            f"table {qualified_name} appeared in the publication after the query started; "
+            "restart the query to read it (its schema is taken at start)"
+        )
+    actual = spark_schema(list(columns), registry, binary=binary)
+    want = {f.name: f.dataType for f in declared.fields}
+    for f in actual.fields:
+        if f.name not in want:
+            raise SchemaChangedError(
+                f"table {qualified_name} has a new column {f.name!r} ({_plain(f.dataType)}) that the query's "
+                f"schema lacks (ALTER TABLE?); restart the query to pick up the new shape"
+            )
+        if not _fits(f.dataType, want[f.name]):
+            raise SchemaChangedError(
+                f"column {f.name!r} of table {qualified_name} is now {_plain(f.dataType)}, the query's schema "
+                f"has {_plain(want[f.name])}; restart the query to pick up the new shape"
+            )
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]:
+    """The tables the publications send, with the columns pgoutput sends for each, in attnum order.
+
+    PostgreSQL 15+ reports each table's published columns (column lists, and generated columns
+    where ``publish_generated_columns`` is on) in ``pg_publication_tables.attnames``; before
+    15 every non-generated column is published.
+    """
+    major = conn.info.server_version // 10000
+    if major >= 15:
+        column_filter = "a.attname = ANY(t.attnames)"
+    elif major >= 12:
+        column_filter = "a.attgenerated = ''"
+    else:
+        column_filter = "true"
+    query = (
+        "SELECT DISTINCT t.schemaname::text, t.tablename::text, a.attnum, a.attname::text, a.atttypid::int8,"
+        " a.atttypmod FROM pg_publication_tables t"
+        " JOIN pg_namespace n ON n.nspname = t.schemaname"
+        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
+        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        f" WHERE t.pubname = ANY(%s) AND {column_filter}"  # constant chosen by server version
+        " ORDER BY 1, 2, 3"
+    )
+    rows = conn.execute(query, (list(publications),)).fetchall()
+    shapes: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
+    for schema, table, _attnum, name, oid, typmod in rows:
+        shapes.setdefault((schema, table), []).append((name, int(oid), int(typmod)))
+    return [TableShape(s, t, tuple(cols)) for (s, t), cols in shapes.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRegistration:
+    """One user type to register on a :class:`TypeRegistry`; picklable, so tasks get the same codecs."""
+
+    kind: str  # enum, domain, composite, range, array
+    oid: int
+    name: str
+    base_oid: int = 0  # domain base, range subtype, array element
+    base_typmod: int = -1
+    fields: tuple[tuple[str, int, int], ...] = ()
+
+
+def apply_registrations(registry: TypeRegistry, registrations: Iterable[TypeRegistration]) -> TypeRegistry:
+    for r in registrations:
+        if r.kind == "enum":
+            registry.register_enum(r.oid, r.name)
+        elif r.kind == "domain":
+            registry.register_domain(r.oid, r.base_oid, r.name, base_typmod=r.base_typmod)
+        elif r.kind == "composite":
+            registry.register_composite(r.oid, r.name, r.fields)
+        elif r.kind == "range":
+            registry.register_range(r.oid, r.base_oid, r.name)
+        elif r.kind == "array":
+            registry.register_array(r.oid, r.base_oid, r.name)
+    return registry
+
+
+def catalog_registrations(conn: Any, type_oids: Iterable[int]) -> tuple[TypeRegistration, ...]:
+    """User types (enums, domains, composites, ranges, arrays of them) behind ``type_oids``, from the catalog.
+
+    Built-in types need nothing; anything the catalog cannot explain is left to the values
+    layer's unknown-type fallback (text), which warns once.
+    """
+    probe = TypeRegistry()
+    todo = {int(o) for o in type_oids if not probe.is_known(int(o))}
+    seen: set[int] = set()
+    out: list[TypeRegistration] = []
+    while todo:
+        batch = sorted(todo - seen)
+        todo.clear()
+        if not batch:
+            break
+        seen.update(batch)
+        rows = conn.execute(
+            "SELECT t.oid::int8, t.typname::text, n.nspname::text, t.typtype::text, t.typbasetype::int8,"
+            " t.typtypmod, t.typrelid::int8, t.typelem::int8, t.typcategory::text,"
+            " (SELECT r.rngsubtype::int8 FROM pg_range r WHERE r.rngtypid = t.oid)"
+            " FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = ANY(%s)",
+            (batch,),
+        ).fetchall()
+        for oid, typname, nspname, typtype, base, typmod, relid, elem, category, subtype in rows:
+            name = typname if nspname in ("public", "pg_catalog") else f"{nspname}.{typname}"
+            more: list[int] = []
+            if category == "A" and elem:
+                out.append(TypeRegistration("array", oid, name, base_oid=elem))
+                more.append(elem)
+            elif typtype == "e":
+                out.append(TypeRegistration("enum", oid, name))
+            elif typtype == "d":
+                out.append(TypeRegistration("domain", oid, name, base_oid=base, base_typmod=typmod))
+                more.append(base)
+            elif typtype == "c":
+                fields = conn.execute(
+                    "SELECT attname::text, atttypid::int8, atttypmod FROM pg_attribute"
+                    " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                    (relid,),
+                ).fetchall()
+                out.append(TypeRegistration("composite", oid, name, fields=tuple((f, int(t), int(m))
+                                                                                 for f, t, m in fields)))
+                more.extend(int(t) for _, t, _ in fields)
+            elif typtype == "r" and subtype:
+                out.append(TypeRegistration("range", oid, name, base_oid=subtype))
+                more.append(subtype)
+            todo.update(o for o in more if not probe.is_known(o) and o not in seen)
+    return tuple(out)
+
+
+def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
+    """One struct holding every shape a table had (columns in order of first appearance).
+
+    A column whose type changed takes the wider of the two types when one fits the other;
+    otherwise the shapes cannot share a schema and :class:`SchemaChangedError` says so.
+    """
+    merged: dict[str, T.StructField] = {}
+    for struct in structs:
+        for f in struct.fields:
+            have = merged.get(f.name)
+            if have is None or _plain(have.dataType) == _plain(f.dataType):
+                merged.setdefault(f.name, f)
+            elif _fits(have.dataType, f.dataType):
+                merged[f.name] = f
+            elif not _fits(f.dataType, have.dataType):
+                raise SchemaChangedError(
+                    f"column {f.name!r} of table {name} changes type from {_plain(have.dataType)} to "
+                    f"{_plain(f.dataType)} within the stream; read the parts before and after apart"
+                )
+    return T.StructType(list(merged.values()))
+
+
+def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
+                   binary: bool = False) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
+    """The output layout of a live slot's publications, and the user types its tasks must register."""
+    from walspark.source.publications import missing_publications
+
+    missing = missing_publications(conn, publications)
+    if missing:
+        raise ValueError(f"publication(s) {', '.join(map(repr, missing))} do not exist in the slot's database")
+    shapes = published_tables(conn, publications)
+    registrations = catalog_registrations(conn, {oid for s in shapes for _, oid, _ in s.columns})
+    registry = apply_registrations(TypeRegistry(), registrations)
+    tables = {s.qualified_name: s.struct(registry, binary=binary) for s in shapes}
+    return OutputLayout.build(tables, table), registrations

@@ -1,0 +1,280 @@
+"""Staging segments: raw pgoutput messages of committed transactions, at rest, in LSN order.
+
+The stager (one thread next to the slot) writes them; Spark tasks decode them, any number at
+once. Pure file I/O and Arrow — no Spark, no database — so the format is tested alone.
+
+A segment is an Arrow IPC file named ``<seq:012d>-<first end LSN:016X>-<last end LSN:016X>.arrow``
+(``seq`` grows by one per segment for the life of the staging directory, so name order is
+stream order even for the pieces of one huge transaction, whose first and last end LSNs are
+equal). Rows, one per data message:
+
+==============  ========  ====================================================================
+``end_lsn``     int64     end LSN of the message's transaction; ``-1`` on prelude rows
+``commit_lsn``  int64     the transaction's commit LSN
+``xid``         int64     its xid
+``commit_ts``   int64     its commit time, µs since 2000-01-01 UTC
+``origin``      string    its replication origin (null if none)
+``lsn``         int64     the message's own LSN
+``seq``         int32     position of the message in its transaction (``_seq``)
+``version``     int32     prelude Relation rows: the relation's shape version; else null
+``in_stream``   bool      whether the bytes carry the streamed-block Xid field
+``data``        binary    one pgoutput message
+==============  ========  ====================================================================
+
+The **prelude** rows come first: the Relation and Type messages in force, at the segment's
+start, for the relations its messages touch — so a task decodes a segment alone.
+
+A segment holds either whole transactions only, or a contiguous piece of exactly one
+transaction. The schema metadata (``walspark.segment``, JSON) records how to decode it
+(protocol version, binary, parallel streaming) and, for each transaction that *ends* in it,
+``[end LSN, change messages, bytes]``: the index admission control works from. A transaction
+is complete once that entry exists; pieces after the last entry (a crash mid-way through a
+huge transaction) are incomplete and removed by :func:`remove_incomplete_tail`.
+
+Files appear atomically: written to ``.tmp``, fsynced, renamed, directory fsynced. A segment
+that exists is complete and never changes; it is deleted once Spark committed past it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from .offsets import TxnEntry
+
+__all__ = [
+    "SCHEMA",
+    "SegmentBuilder",
+    "SegmentMeta",
+    "SegmentName",
+    "delete_through",
+    "list_segments",
+    "read_meta",
+    "read_segment",
+    "remove_incomplete_tail",
+    "write_segment",
+]
+
+SCHEMA = pa.schema(
+    [
+        pa.field("end_lsn", pa.int64(), nullable=False),
+        pa.field("commit_lsn", pa.int64(), nullable=False),
+        pa.field("xid", pa.int64(), nullable=False),
+        pa.field("commit_ts", pa.int64(), nullable=False),
+        pa.field("origin", pa.string()),
+        pa.field("lsn", pa.int64(), nullable=False),
+        pa.field("seq", pa.int32(), nullable=False),
+        pa.field("version", pa.int32()),
+        pa.field("in_stream", pa.bool_(), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+PRELUDE = -1
+_META_KEY = b"walspark.segment"
+_FORMAT = 1
+_NAME = re.compile(r"(\d{12})-([0-9A-F]{16})-([0-9A-F]{16})\.arrow")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SegmentName:
+    """Where a segment is and which transaction end LSNs it spans (from its file name alone)."""
+
+    seq: int
+    first_end: int
+    last_end: int
+    path: Path = field(compare=False)
+
+    @classmethod
+    def parse(cls, path: Path) -> SegmentName | None:
+        match = _NAME.fullmatch(path.name)
+        if match is None:
+            return None
+        return cls(int(match.group(1)), int(match.group(2), 16), int(match.group(3), 16), path)
+
+    @staticmethod
+    def file_name(seq: int, first_end: int, last_end: int) -> str:
+        return f"{seq:012d}-{first_end:016X}-{last_end:016X}.arrow"
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether it may hold rows of transactions whose end LSN is in ``(start, end]``."""
+        return self.last_end > start and self.first_end <= end
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMeta:
+    """How to decode a segment, and the transactions that end in it."""
+
+    protocol_version: int
+    streaming_parallel: bool
+    binary: bool
+    txns: tuple[TxnEntry, ...] = ()
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "format": _FORMAT,
+                "protocol_version": self.protocol_version,
+                "streaming_parallel": self.streaming_parallel,
+                "binary": self.binary,
+                "txns": [[t.end_lsn, t.changes, t.bytes] for t in self.txns],
+            }
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SegmentMeta:
+        doc = json.loads(raw)
+        if doc.get("format") != _FORMAT:
+            raise ValueError(f"unsupported segment format {doc.get('format')!r}")
+        return cls(
+            int(doc["protocol_version"]),
+            bool(doc["streaming_parallel"]),
+            bool(doc["binary"]),
+            tuple(TxnEntry(int(e), int(c), int(b)) for e, c, b in doc["txns"]),
+        )
+
+
+class SegmentBuilder:
+    """Rows of the next segment, accumulated column by column (no per-row objects kept)."""
+
+    __slots__ = ("columns", "rows", "bytes", "first_end", "last_end")
+
+    def __init__(self) -> None:
+        self.columns: tuple[list, ...] = tuple([] for _ in SCHEMA)
+        self.rows = 0
+        self.bytes = 0
+        self.first_end: int | None = None
+        self.last_end: int | None = None
+
+    def append(self, end_lsn: int, commit_lsn: int, xid: int, commit_ts: int, origin: str | None, lsn: int,
+               seq: int, in_stream: bool, data: bytes) -> None:
+        c = self.columns
+        c[0].append(end_lsn)
+        c[1].append(commit_lsn)
+        c[2].append(xid)
+        c[3].append(commit_ts)
+        c[4].append(origin)
+        c[5].append(lsn)
+        c[6].append(seq)
+        c[7].append(None)
+        c[8].append(in_stream)
+        c[9].append(data)
+        self.rows += 1
+        self.bytes += len(data)
+        if self.first_end is None:
+            self.first_end = end_lsn
+        self.last_end = end_lsn
+
+    def extend(self, other: SegmentBuilder) -> None:
+        """Append every row of ``other`` (a transaction staged apart, now known to fit)."""
+        for mine, theirs in zip(self.columns, other.columns):
+            mine.extend(theirs)
+        self.rows += other.rows
+        self.bytes += other.bytes
+        if other.first_end is not None:
+            if self.first_end is None:
+                self.first_end = other.first_end
+            self.last_end = other.last_end
+
+    def to_batch(self, prelude: Iterable[tuple[int, bool, bytes, int | None]] = ()) -> pa.RecordBatch:
+        """The rows, after prelude rows ``(lsn, in_stream, data, version)``."""
+        pre = list(prelude)
+        cols = []
+        for i, f in enumerate(SCHEMA):
+            values = self.columns[i]
+            if pre:
+                head: list = {
+                    0: [PRELUDE] * len(pre), 1: [0] * len(pre), 2: [0] * len(pre), 3: [0] * len(pre),
+                    4: [None] * len(pre), 5: [p[0] for p in pre], 6: [0] * len(pre), 7: [p[3] for p in pre],
+                    8: [p[1] for p in pre], 9: [p[2] for p in pre],
+                }[i]  # fmt: skip
+                values = head + values
+            cols.append(pa.array(values, f.type))
+        return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_segment(directory: Path, seq: int, batch: pa.RecordBatch, meta: SegmentMeta, *, first_end: int,
+                  last_end: int) -> SegmentName:
+    """Write one segment atomically (tmp file, fsync, rename, fsync directory)."""
+    name = SegmentName.file_name(seq, first_end, last_end)
+    final = directory / name
+    tmp = directory / (name + ".tmp")
+    schema = SCHEMA.with_metadata({_META_KEY: meta.encode()})
+    with open(tmp, "wb") as raw:
+        with ipc.new_file(raw, schema) as writer:
+            writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(directory)
+    return SegmentName(seq, first_end, last_end, final)
+
+
+def list_segments(directory: Path) -> list[SegmentName]:
+    """The segments of a staging directory, in stream order (temporary files ignored)."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    found = [SegmentName.parse(Path(e.path)) for e in entries]
+    return sorted(s for s in found if s is not None)
+
+
+def read_meta(path: Path) -> SegmentMeta:
+    """A segment's metadata, without reading its rows."""
+    with pa.memory_map(str(path)) as source:
+        schema = ipc.open_file(source).schema
+    return SegmentMeta.decode(schema.metadata[_META_KEY])
+
+
+def read_segment(path: Path) -> tuple[pa.Table, SegmentMeta]:
+    """A segment's rows (memory-mapped) and metadata."""
+    with pa.memory_map(str(path)) as source:
+        reader = ipc.open_file(source)
+        table = reader.read_all()
+    return table, SegmentMeta.decode(reader.schema.metadata[_META_KEY])
+
+
+def delete_through(directory: Path, lsn: int) -> int:
+    """Delete the segments whose transactions all end at or before ``lsn``; returns how many."""
+    count = 0
+    for seg in list_segments(directory):
+        if seg.last_end <= lsn:
+            seg.path.unlink(missing_ok=True)
+            count += 1
+    return count
+
+
+def remove_incomplete_tail(directory: Path) -> list[SegmentName]:
+    """Drop leftovers of a crash: temporary files, and trailing pieces of an unfinished transaction.
+
+    Returns the segments that remain, in order. Safe because no offset can name an incomplete
+    transaction (admission control only sees complete ones).
+    """
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".tmp"):
+            os.unlink(entry.path)
+    segments = list_segments(directory)
+    while segments and not read_meta(segments[-1].path).txns:
+        segments.pop().path.unlink()
+    return segments
+
+
+def iter_entries(segments: Iterable[SegmentName]) -> Iterator[TxnEntry]:
+    """The complete transactions recorded in ``segments`` (reads metadata only)."""
+    for seg in segments:
+        yield from read_meta(seg.path).txns

@@ -1,0 +1,231 @@
+"""The ``pgsnapshot`` Python data source: one published table read in CTID-range tasks.
+
+Why a data source and not ``mapInArrow`` over a list of ranges: the ranges *are* the read's
+partitions, so Spark schedules exactly one task per range (``df.rdd.getNumPartitions()`` says how
+many), and each task yields Arrow record batches straight into Spark without a Python->JVM row
+conversion.
+
+Every task opens its own connection and imports the slot's exported snapshot
+(``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '...'``), so all
+tasks see the database exactly as of the slot's consistent point, however long the copy takes
+and whatever commits meanwhile. Each task then runs::
+
+    COPY (SELECT "c1", "c2" FROM "s"."t" WHERE ctid >= '(a,0)'::tid AND ctid < '(b,0)'::tid)
+      TO STDOUT (FORMAT binary)
+
+Binary COPY carries every value in its type's ``*send`` format, the very bytes pgoutput sends in
+binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. psycopg's C
+parser splits the COPY stream into fields (each field loaded as ``bytea``, i.e. its raw bytes),
+and the codecs then convert whole columns at a time into Arrow. Tables with a column whose type
+walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
+(string) matches what the text-mode stream produces.
+
+The plan travels as one JSON option (``plan``), built by :mod:`walspark.spark.snapshot`; users
+do not call this source directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+__all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSource", "register", "copy_query"]
+
+#: Rows per Arrow batch a task yields: big enough to amortise per-batch costs, small enough that
+#: a task's memory stays a few tens of MB whatever the partition size.
+BATCH_ROWS = 65_536
+
+
+class SnapshotFault(RuntimeError):
+    """Raised on purpose by a task when the plan's test hook ``fail_partition`` names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class CtidRange:
+    """One task: pages ``[start, end)`` of relation ``schema.table`` (``end`` None = to the end).
+
+    ``start`` 0 and ``end`` None read the whole relation without a CTID condition (small
+    tables, empty tables). The last range of a table is always open-ended, so rows that moved
+    to pages past the planned size are never missed.
+    """
+
+    index: int
+    schema: str
+    table: str
+    start: int
+    end: int | None
+
+
+@dataclass(slots=True)
+class SnapshotSourcePlan:
+    """Everything a task needs, JSON-serialisable (Spark passes data source options as strings)."""
+
+    dsn: str
+    snapshot_name: str
+    columns: list[tuple[str, int, int]]
+    binary: bool
+    ranges: list[CtidRange]
+    catalog: list[list[Any]] = field(default_factory=list)
+    fail_partition: int | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> SnapshotSourcePlan:
+        data = json.loads(text)
+        data["columns"] = [tuple(c) for c in data["columns"]]
+        data["ranges"] = [CtidRange(**r) for r in data["ranges"]]
+        return cls(**data)
+
+
+def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end: int | None, *,
+               binary: bool) -> Any:
+    """The ``COPY (SELECT ...) TO STDOUT`` of one CTID range, every identifier quoted.
+
+    TID range conditions are executed as a TID Range Scan from PostgreSQL 14 on (only the pages
+    of the range are read); older servers evaluate them during a sequential scan.
+    """
+    from psycopg import sql
+
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    conds: list[sql.Composable] = []
+    if start > 0:
+        conds.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({start},0)")))
+    if end is not None:
+        conds.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({end},0)")))
+    where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds) if conds else sql.SQL("")
+    fmt = sql.SQL("binary" if binary else "text")
+    return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT {})").format(
+        cols, sql.Identifier(schema, table), where, fmt)
+
+
+def begin_in_snapshot(conn: Any, snapshot_name: str) -> None:
+    """Open a REPEATABLE READ transaction on ``conn`` that sees the exported snapshot.
+
+    The session settings the text parsers rely on are set for the transaction only (they do
+    not matter for binary values, but keep the text fallback exact).
+    """
+    from psycopg import sql
+
+    from walspark.values import RECOMMENDED_SESSION_SETTINGS
+
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+    for name, value in RECOMMENDED_SESSION_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+
+
+class _Decoder:
+    """Column-wise decoding of rows of raw field values into Arrow record batches."""
+
+    def __init__(self, plan: SnapshotSourcePlan) -> None:
+        from walspark.values import TypeRegistry, arrow_schema, column_codecs, register_catalog_rows
+
+        registry = TypeRegistry()
+        if plan.catalog:
+            register_catalog_rows(registry, plan.catalog)
+        self.names = [c[0] for c in plan.columns]
+        self.binary = plan.binary
+        self.codecs = column_codecs(plan.columns, registry, binary=plan.binary)
+        self.schema = arrow_schema(plan.columns, registry, binary=plan.binary)
+
+    def batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+        arrays = []
+        for j, (codec, values) in enumerate(zip(self.codecs, zip(*rows), strict=True)):
+            if self.binary:
+                arr = codec.arrow_from_binary(values)
+            else:
+                arr = codec.arrow_from_text([None if v is None else v.encode() for v in values])
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            if arr.type != self.schema.field(j).type:
+                arr = arr.cast(self.schema.field(j).type)
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Copy one CTID range inside the exported snapshot; yields Arrow batches.
+
+    Also usable without Spark (the benchmark and tests call it directly).
+    """
+    from walspark.source.connect import connect_sql, error_from_exception
+
+    import psycopg
+
+    if plan.fail_partition is not None and plan.fail_partition == rng.index:
+        raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")
+    decoder = _Decoder(plan)
+    query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary)
+    conn = connect_sql(plan.dsn)
+    try:
+        try:
+            begin_in_snapshot(conn, plan.snapshot_name)
+            with conn.cursor() as cur, cur.copy(query) as copy:
+                if plan.binary:
+                    copy.set_types(["bytea"] * len(decoder.names))
+                rows: list[tuple[Any, ...]] = []
+                for row in copy.rows():
+                    rows.append(row)
+                    if len(rows) >= batch_rows:
+                        yield decoder.batch(rows)
+                        rows = []
+                if rows:
+                    yield decoder.batch(rows)
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise error_from_exception(
+                exc, dsn=plan.dsn, what=f"cannot copy {rng.schema}.{rng.table} pages {rng.start}..{rng.end}"
+            ) from None
+    finally:
+        conn.close()
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, plan: SnapshotSourcePlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [InputPartition(asdict(r)) for r in self.plan.ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_range(self.plan, CtidRange(**partition.value))
+
+
+class PgSnapshotDataSource(DataSource):
+    """``format("pgsnapshot")``: rows of one table as of an exported snapshot (option ``plan``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pgsnapshot"
+
+    def _plan(self) -> SnapshotSourcePlan:
+        text = self.options.get("plan")
+        if not text:
+            raise ValueError("the pgsnapshot source needs the 'plan' option (built by walspark.spark.snapshot)")
+        return SnapshotSourcePlan.from_json(text)
+
+    def schema(self) -> StructType:
+        from walspark.values import TypeRegistry, register_catalog_rows, spark_schema
+
+        plan = self._plan()
+        registry = TypeRegistry()
+        if plan.catalog:
+            register_catalog_rows(registry, plan.catalog)
+        return spark_schema(plan.columns, registry, binary=plan.binary)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _Reader(self._plan())
+
+
+def register(spark: Any) -> None:
+    """Make ``format("pgsnapshot")`` available in ``spark`` (idempotent)."""
+    spark.dataSource.register(PgSnapshotDataSource)

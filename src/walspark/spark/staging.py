@@ -1,0 +1,507 @@
+"""The stager: one thread holds the slot and writes what it sends into immutable segments.
+
+It lives in the streaming query's long-lived reader process on the driver and does as little as
+possible per message — read the frame, feed the transaction assembler (which decodes control
+messages only), append raw bytes to the open segment — so that everything else (value decoding,
+Arrow building, shaping) runs in Spark tasks over the segments (docs/design/pipeline.md §3).
+
+Guarantees, and how they hold:
+
+* **Only complete, durable data is offered.** A transaction becomes visible to admission control
+  (:meth:`Stager.entries_after`) once the segment holding its last message is fsynced and renamed.
+* **Replays are deterministic.** Segments never change; a batch ``(start, end]`` reads the
+  transactions whose end LSN is in the range from the segments overlapping it. After a restart the
+  index is rebuilt from the segment files (incomplete tail pieces removed first); if the segments a
+  logged batch needs are gone, the stager re-stages them from the slot, which cannot be past
+  ``start`` (it is confirmed only up to committed offsets) — the same transactions come back.
+* **Each transaction is staged once.** Transactions ending at or before the last staged end LSN
+  (resent after a reconnect or a restart) are dropped; their Relation/Type messages still update
+  the schema state, as the server sends those only once per connection.
+* **The slot never runs ahead of Spark.** The stream runs with ``idle_confirm`` off and is
+  confirmed only from :meth:`Stager.commit`, which Spark calls after the batch's commit log entry
+  is durable. (Deferred while the stream has not yet re-received that far after a restart.)
+* **Shape drift stops staging just before it.** A Relation message that no longer fits the
+  query's schema ends staging before its transaction; once everything before it has been served,
+  planning raises :class:`~.schema.SchemaChangedError`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
+from walspark.changes.relations import RelationCache
+from walspark.protocol import Relation, Type, decode_message, format_lsn
+from walspark.source.errors import ConnectionLost, SlotInUse
+from walspark.source.options import StreamOptions
+from walspark.source.stream import Reconnected, ReplicationStream
+from walspark.values import TypeRegistry
+
+from .decode import relation_ids
+from .offsets import TxnEntry
+from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, check_relation
+from .segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
+
+__all__ = ["StagingError", "Stager"]
+
+log = logging.getLogger(__name__)
+
+_I, _U, _D, _T, _R, _Y, _M = (ord(c) for c in "IUDTRYM")
+_CHANGE_KINDS = frozenset((_I, _U, _D, _T))
+_MARKER = "walspark-staging.json"
+
+
+class StagingError(RuntimeError):
+    """The staging directory cannot serve this query (another slot's, or a batch's segments are gone)."""
+
+
+class _Stop(Exception):
+    """Internal: staging ends (schema barrier)."""
+
+
+# A prelude entry: (lsn, in_stream, data, version)
+_PreludeRow = tuple[int, bool, bytes, "int | None"]
+
+
+class Stager:
+    """Stages a slot's committed transactions into segments under ``directory/segments``.
+
+    Call :meth:`start` (loads what is already staged, then streams in a thread), read with
+    :meth:`entries_after` / :meth:`segments_for`, confirm with :meth:`commit`, end with
+    :meth:`stop`. Thread-safe: the Spark-facing methods run on the reader's main thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        slot: str,
+        stream_options: StreamOptions,
+        directory: str | Path,
+        layout: OutputLayout,
+        registrations: tuple[TypeRegistration, ...] = (),
+        segment_max_rows: int = 50_000,
+        segment_max_bytes: int = 64 << 20,
+        segment_max_delay: float = 0.2,
+        memory_budget: int = 256 << 20,
+        slot_wait_seconds: float = 60.0,
+        status_interval: float = 1.0,
+        stream_factory: Callable[..., ReplicationStream] = ReplicationStream,
+    ) -> None:
+        self.dsn = dsn
+        self.slot = slot
+        self.stream_options = stream_options
+        self.directory = Path(directory)
+        self.segment_dir = self.directory / "segments"
+        self.layout = layout
+        self.registry = apply_registrations(TypeRegistry(), registrations)
+        self.segment_max_rows = segment_max_rows
+        self.segment_max_bytes = segment_max_bytes
+        self.segment_max_delay = segment_max_delay
+        self.memory_budget = memory_budget
+        self.slot_wait_seconds = slot_wait_seconds
+        self.status_interval = status_interval
+        self._stream_factory = stream_factory
+
+        self._cond = threading.Condition()
+        # shared state (under _cond)
+        self._entries: list[TxnEntry] = []
+        self._entry_ends: list[int] = []
+        self._segments: list[SegmentName] = []
+        self._staged_end = 0
+        self._caught_up_to = 0
+        self._failure: BaseException | None = None
+        self._barrier: SchemaChangedError | None = None
+        self._confirm_request = 0
+        self._target: int | None = None
+        self._streaming = False
+
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+        # stager-thread state
+        self._next_seq = 0
+        self._last_end = 0
+        self._seen = 0
+        self._confirmed = 0
+        self._binary = stream_options.binary
+        self._proto = 1
+        self._parallel = False
+        self._cache = RelationCache()
+        self._rels: dict[int, _PreludeRow] = {}  # copy-on-write: snapshots are references
+        self._types: dict[int, _PreludeRow] = {}
+        self._wanted: set[int] = set()
+        self._pending = SegmentBuilder()
+        self._pending_entries: list[TxnEntry] = []
+        self._pending_touched: set[int] = set()
+        self._pending_snapshot: tuple[dict, dict] = ({}, {})
+        self._pending_since = 0.0
+        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0}
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> Stager:
+        """Load the staged segments (synchronously: a replay can be served at once), then stream."""
+        self._load_directory()
+        self._thread = threading.Thread(target=self._run, name=f"walspark-stager-{self.slot}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop streaming and release the slot (the stream's connection is closed by the thread)."""
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _load_directory(self) -> None:
+        self.segment_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.directory / _MARKER
+        identity = {"slot": self.slot, "publications": list(self.stream_options.publication_names)}
+        if marker.exists():
+            have = json.loads(marker.read_text())
+            if have != identity:
+                raise StagingError(f"staging path {self.directory} belongs to another source ({have}); use one "
+                                   f"staging path per query (slot {self.slot!r})")
+        else:
+            marker.write_text(json.dumps(identity))
+        shutil.rmtree(self.directory / "spill", ignore_errors=True)
+        segments = remove_incomplete_tail(self.segment_dir)
+        entries = list(iter_entries(segments))
+        with self._cond:
+            self._segments = segments
+            self._set_entries(entries)
+            self._staged_end = entries[-1].end_lsn if entries else 0
+        self._next_seq = segments[-1].seq + 1 if segments else 0
+        self._last_end = self._staged_end
+        if segments:
+            log.info("staging %s: %d segments up to %s", self.directory, len(segments), format_lsn(self._staged_end))
+
+    def _set_entries(self, entries: list[TxnEntry]) -> None:
+        self._entries = entries
+        self._entry_ends = [e.end_lsn for e in entries]
+
+    # ------------------------------------------------------------------ Spark-facing (main thread)
+
+    def check(self) -> None:
+        """Raise the stager's failure, if it failed."""
+        with self._cond:
+            failure = self._failure
+        if failure is not None:
+            raise failure
+
+    @property
+    def staged_end(self) -> int:
+        with self._cond:
+            return self._staged_end
+
+    def entries_after(self, start: int) -> list[TxnEntry]:
+        """The complete staged transactions ending after ``start``, in order."""
+        with self._cond:
+            i = bisect.bisect_right(self._entry_ends, start)
+            return self._entries[i:]
+
+    def segments_for(self, start: int, end: int) -> list[SegmentName]:
+        """The segments that may hold transactions ending in ``(start, end]``."""
+        with self._cond:
+            return [s for s in self._segments if s.overlaps(start, end)]
+
+    def schema_barrier(self) -> SchemaChangedError | None:
+        with self._cond:
+            return self._barrier
+
+    def wait_staged(self, end: int, timeout: float) -> None:
+        """Block until every transaction ending at or before ``end`` is staged."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._staged_end < end:
+                if self._failure is not None:
+                    raise self._failure
+                if self._barrier is not None:
+                    raise self._barrier
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StagingError(
+                        f"the batch up to {format_lsn(end)} is not staged (staged up to "
+                        f"{format_lsn(self._staged_end)}) and the slot did not deliver it within {timeout:g}s"
+                    )
+                self._cond.wait(min(left, 1.0))
+
+    def set_target(self, target: int) -> None:
+        """Trigger.AvailableNow: stage up to ``target`` promptly (segments flushed once it is passed)."""
+        with self._cond:
+            self._target = target
+
+    def wait_caught_up(self, target: int, timeout: float) -> None:
+        """Block until everything committed at or before ``target`` is staged (or staging stopped)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._caught_up_to < target and self._barrier is None:
+                if self._failure is not None:
+                    raise self._failure
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StagingError(f"Trigger.AvailableNow: the slot did not reach {format_lsn(target)} within "
+                                       f"{timeout:g}s (reached {format_lsn(self._caught_up_to)})")
+                self._cond.wait(min(left, 1.0))
+
+    def commit(self, end: int) -> None:
+        """Spark committed everything up to ``end``: confirm the slot, delete segments wholly at or below it."""
+        with self._cond:
+            if end > self._confirm_request:
+                self._confirm_request = end
+            doomed = [s for s in self._segments if s.last_end <= end]
+            self._segments = [s for s in self._segments if s.last_end > end]
+            i = bisect.bisect_right(self._entry_ends, end)
+            self._set_entries(self._entries[i:])
+        for seg in doomed:
+            seg.path.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        stream: ReplicationStream | None = None
+        assembler: TransactionAssembler | None = None
+        try:
+            stream = self._open_stream()
+            if stream is None:
+                return
+            resolved = stream.options
+            assert resolved is not None
+            self._proto, self._parallel, self._binary = (resolved.proto_version, resolved.streaming_parallel,
+                                                         resolved.binary)
+            assembler = self._assembler()
+            with self._cond:
+                self._streaming = True
+            last_ping = last_housekeeping = 0.0
+            clock = time.monotonic
+            while not self._stop.is_set():
+                item = stream.read(0.05)
+                if item is None:
+                    pass
+                elif item.__class__ is Reconnected:
+                    log.warning("stager of slot %s: %s", self.slot, item)
+                    assembler.close()
+                    assembler = self._assembler()
+                else:
+                    data_start = item.data_start  # type: ignore[union-attr]
+                    if data_start > self._seen:
+                        self._seen = data_start
+                    for event in assembler.feed(data_start, item.payload):  # type: ignore[union-attr]
+                        if event.__class__ is CommittedTransaction:
+                            self._stage(event)  # type: ignore[arg-type]
+                    if clock() - last_housekeeping < 0.05:
+                        continue  # busy: housekeeping at most every 50 ms
+                last_ping = self._housekeeping(stream, last_ping)
+                last_housekeeping = clock()
+        except _Stop:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - reported to the Spark-facing side
+            log.exception("stager of slot %s failed", self.slot)
+            with self._cond:
+                self._failure = exc
+                self._cond.notify_all()
+        finally:
+            if assembler is not None:
+                assembler.close()
+            if stream is not None:
+                try:
+                    if self._failure is None:
+                        self._apply_confirm(stream)
+                finally:
+                    stream.close()
+            with self._cond:
+                self._streaming = False
+                self._cond.notify_all()
+
+    def _assembler(self) -> TransactionAssembler:
+        return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
+                                    spill_dir=self.directory / "spill")
+
+    def _open_stream(self) -> ReplicationStream | None:
+        """Open the stream; a slot still held by a previous (killed) run is waited for."""
+        deadline = time.monotonic() + self.slot_wait_seconds
+        while True:
+            stream = self._stream_factory(self.dsn, self.slot, self.stream_options, idle_confirm=False,
+                                          status_interval=self.status_interval)
+            try:
+                return stream.open()
+            except (SlotInUse, ConnectionLost) as exc:
+                stream.close()
+                if time.monotonic() > deadline:
+                    raise
+                log.info("slot %s not available yet (%s); retrying", self.slot, exc)
+                if self._stop.wait(0.5):
+                    return None
+
+    def _housekeeping(self, stream: ReplicationStream, last_ping: float) -> float:
+        now = time.monotonic()
+        self._apply_confirm(stream)
+        wal_end = stream.positions.server_wal_end
+        if wal_end > self._seen:
+            self._seen = wal_end
+        with self._cond:
+            target = self._target
+        due = self._pending_entries and now - self._pending_since >= self.segment_max_delay
+        if due or (target is not None and self._seen >= target and self._pending_entries):
+            self._flush_pending()
+        if not self._pending_entries:
+            with self._cond:
+                if self._seen > self._caught_up_to:
+                    self._caught_up_to = self._seen
+                    self._cond.notify_all()
+        if target is not None and self._seen < target and now - last_ping >= 0.2:
+            stream.send_feedback(reply_requested=True)  # the server answers with a keepalive: its position
+            last_ping = now
+        return last_ping
+
+    def _apply_confirm(self, stream: ReplicationStream) -> None:
+        with self._cond:
+            request = self._confirm_request
+        if request > self._confirmed and request <= max(stream.received_lsn, stream.flushed_lsn):
+            stream.confirm(request)
+            self._confirmed = request
+            try:
+                stream.send_feedback()
+            except ConnectionLost:
+                pass  # the next status update (after the reconnect) carries it
+
+    # ------------------------------------------------------------------ staging
+
+    def _stage(self, txn: CommittedTransaction) -> None:
+        end = txn.end_lsn
+        if end <= self._last_end:
+            self.stats["duplicates"] += 1
+            try:
+                changed = self._absorb(txn)
+            finally:
+                txn.release()
+            if changed and self._pending_entries:
+                self._flush_pending()
+            return
+        self.stats["transactions"] += 1
+        piece = SegmentBuilder()
+        snapshot = (self._rels, self._types)
+        touched: set[int] = set()
+        dedicated = False
+        written: list[SegmentName] = []
+        changes = nbytes = 0
+        table_mode = self.layout.table is not None
+        commit_lsn, xid, ts, origin = txn.commit_lsn, txn.xid, txn.commit_timestamp, txn.origin
+        try:
+            for seq, (lsn, in_stream, data) in enumerate(txn.messages()):
+                kind = data[0]
+                if kind in _CHANGE_KINDS:
+                    rids = relation_ids(data, in_stream)
+                    if table_mode and self._wanted.isdisjoint(rids):
+                        continue
+                    touched.update(rids)
+                    changes += 1
+                elif kind == _R:
+                    self._relation(lsn, in_stream, data, check=True)
+                elif kind == _Y:
+                    self._type(lsn, in_stream, data)
+                elif kind == _M:
+                    continue  # transactional logical messages carry no rows
+                piece.append(end, commit_lsn, xid, ts, origin, lsn, seq, in_stream, data)
+                nbytes += len(data)
+                if piece.rows >= self.segment_max_rows or piece.bytes >= self.segment_max_bytes:
+                    if not dedicated:
+                        self._flush_pending()
+                        dedicated = True
+                    written.append(self._write(piece, snapshot, touched, ()))
+                    piece, snapshot, touched = SegmentBuilder(), (self._rels, self._types), set()
+        except SchemaChangedError as exc:
+            for seg in written:  # pieces of this transaction: never offered, remove them
+                seg.path.unlink(missing_ok=True)
+                with self._cond:
+                    self._segments = [s for s in self._segments if s.path != seg.path]
+            self._flush_pending()
+            log.warning("stager of slot %s: %s", self.slot, exc)
+            with self._cond:
+                self._barrier = exc
+                self._caught_up_to = max(self._caught_up_to, self._staged_end)
+                self._cond.notify_all()
+            raise _Stop from exc
+        finally:
+            txn.release()
+        entry = TxnEntry(end, changes, nbytes)
+        self._last_end = end
+        if dedicated:
+            self._write(piece, snapshot, touched, (entry,))
+            return
+        if not self._pending_entries:
+            self._pending_snapshot = snapshot
+            self._pending_since = time.monotonic()
+        self._pending.extend(piece)
+        self._pending_touched |= touched
+        self._pending_entries.append(entry)
+        if self._pending.rows >= self.segment_max_rows or self._pending.bytes >= self.segment_max_bytes:
+            self._flush_pending()
+
+    def _absorb(self, txn: CommittedTransaction) -> bool:
+        """A resent transaction: keep only what it says about schemas. Returns whether that changed."""
+        rels, types = self._rels, self._types
+        for lsn, in_stream, data in txn.messages():
+            if data[0] == _R:
+                self._relation(lsn, in_stream, data, check=False)
+            elif data[0] == _Y:
+                self._type(lsn, in_stream, data)
+        return rels is not self._rels or types is not self._types  # copy-on-write: identity tells
+
+    def _relation(self, lsn: int, in_stream: bool, data: bytes, *, check: bool) -> None:
+        message = decode_message(data, protocol_version=self._proto, in_stream=in_stream, parallel_abort=None, lsn=lsn)
+        assert isinstance(message, Relation)
+        name = f"{message.schema}.{message.relation_name}"
+        if check:
+            check_relation(self.layout, name, message.columns, self.registry, binary=self._binary)
+        if self.layout.wants(name):
+            self._wanted.add(message.relation_id)
+        version = self._cache.apply(message)
+        have = self._rels.get(message.relation_id)
+        if have is None or have[3] != version.version:
+            self._rels = {**self._rels, message.relation_id: (lsn, in_stream, data, version.version)}
+
+    def _type(self, lsn: int, in_stream: bool, data: bytes) -> None:
+        message = decode_message(data, protocol_version=self._proto, in_stream=in_stream, parallel_abort=None, lsn=lsn)
+        assert isinstance(message, Type)
+        self.registry.note_type(message.type_oid, message.namespace, message.type_name)
+        have = self._types.get(message.type_oid)
+        if have is None or have[2] != data:
+            self._types = {**self._types, message.type_oid: (lsn, in_stream, data, None)}
+
+    def _flush_pending(self) -> None:
+        if not self._pending_entries:
+            return
+        self._write(self._pending, self._pending_snapshot, self._pending_touched, tuple(self._pending_entries))
+        self._pending = SegmentBuilder()
+        self._pending_entries = []
+        self._pending_touched = set()
+
+    def _write(self, builder: SegmentBuilder, snapshot: tuple[dict, dict], touched: set[int],
+               entries: tuple[TxnEntry, ...]) -> SegmentName:
+        rels, types = snapshot
+        prelude = [row for row in types.values()] + [rels[r] for r in sorted(touched) if r in rels]
+        batch = builder.to_batch(prelude)
+        first = builder.first_end if builder.first_end is not None else entries[0].end_lsn
+        last = builder.last_end if builder.last_end is not None else entries[-1].end_lsn
+        meta = SegmentMeta(self._proto, self._parallel, self._binary, entries)
+        name = write_segment(self.segment_dir, self._next_seq, batch, meta, first_end=first, last_end=last)
+        self._next_seq += 1
+        self.stats["segments"] += 1
+        with self._cond:
+            self._segments.append(name)
+            if entries:
+                self._entries.extend(entries)
+                self._entry_ends.extend(e.end_lsn for e in entries)
+                self._staged_end = entries[-1].end_lsn
+            self._cond.notify_all()
+        return name

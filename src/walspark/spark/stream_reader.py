@@ -1,0 +1,186 @@
+"""Streaming reads of a live slot: LSN offsets, staged segments, confirmation on commit.
+
+Spark runs one :class:`PgoutputStreamReader` per query in a long-lived Python process on the
+driver (pyspark.sql.streaming.python_streaming_source_runner) and calls, in a loop,
+``latestOffset`` → ``partitions`` → (tasks run ``read``) → ``commit``. The same class is also
+instantiated in every executor task only to call ``read``, so the constructor does nothing but
+keep the options: the :class:`~.staging.Stager` starts at the first driver-side call.
+
+Per call:
+
+* ``initialOffset`` — the slot's ``confirmed_flush_lsn`` when a query starts with a fresh
+  checkpoint; later starts take the offset from the checkpoint.
+* ``latestOffset(start, limit)`` — the end LSN of the last staged transaction that fits the read
+  limit (``maxRowsPerBatch`` → ReadMaxRows, ``maxBytesPerBatch`` → ReadMaxBytes; both given:
+  rows go through Spark, bytes are applied from the option too), never beyond the
+  Trigger.AvailableNow target. Raises :class:`~.schema.SchemaChangedError` when staging stopped at
+  a new shape and everything before it has been served.
+* ``partitions(start, end)`` — one partition per segment overlapping ``(start, end]``; a replay
+  after a crash gets the same partitions (segments are immutable, the range is in the offset log).
+* ``read`` (tasks) — decode the segment's transactions in range into Arrow batches.
+* ``commit(end)`` — confirm the slot up to ``end`` and delete segments wholly at or below it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from walspark.protocol import parse_lsn
+
+from .decode import DecodeConfig, TaskDecoder, decode_segment
+from .offsets import from_offset, plan_end, to_offset
+from .options import SourceOptions
+from .schema import OutputLayout, TypeRegistration, catalog_registrations, published_tables
+from .staging import Stager
+
+__all__ = ["PgoutputStreamReader", "SegmentPartition"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPartition(InputPartition):
+    """One staged segment, and the offset range of the batch reading it."""
+
+    path: str
+    start: int
+    end: int
+    registrations: tuple[TypeRegistration, ...] = ()
+
+
+class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("pgoutput")``: see the module docstring."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self._stager: Stager | None = None
+        self._registrations: tuple[TypeRegistration, ...] = ()
+        self._target: int | None = None
+
+    # ------------------------------------------------------------------ driver side
+
+    def _connect(self):
+        import psycopg
+
+        assert self.options.dsn
+        return psycopg.connect(self.options.dsn, autocommit=True)
+
+    def _live(self) -> Stager:
+        if self._stager is None:
+            o = self.options
+            with self._connect() as conn:
+                shapes = published_tables(conn, o.publications)
+                self._registrations = catalog_registrations(conn, {oid for s in shapes for _, oid, _ in s.columns})
+            assert o.dsn and o.slot and o.staging_path
+            self._stager = Stager(
+                dsn=o.dsn,
+                slot=o.slot,
+                stream_options=o.stream_options(),
+                directory=o.staging_path,
+                layout=OutputLayout.from_schema(self.schema, o.table),
+                registrations=self._registrations,
+                segment_max_rows=o.segment_max_rows,
+                segment_max_bytes=o.segment_max_bytes,
+                segment_max_delay=o.segment_max_delay_ms / 1000,
+                memory_budget=o.memory_budget,
+                slot_wait_seconds=o.slot_wait_seconds,
+                status_interval=o.status_interval_seconds,
+            ).start()
+        return self._stager
+
+    def initialOffset(self) -> dict:
+        from walspark.source.errors import SlotNotFound
+        from walspark.source.slots import get_slot
+
+        assert self.options.slot
+        with self._connect() as conn:
+            info = get_slot(conn, self.options.slot)
+        if info is None:
+            raise SlotNotFound(f"replication slot {self.options.slot!r} does not exist; create it first "
+                               "(walspark slot create, or pg_create_logical_replication_slot(name, 'pgoutput'))")
+        lsn = info.confirmed_flush_lsn if info.confirmed_flush_lsn is not None else info.restart_lsn
+        self._live()
+        return to_offset(lsn or 0)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_rows_per_batch is not None:
+            return ReadMaxRows(self.options.max_rows_per_batch)
+        if self.options.max_bytes_per_batch is not None:
+            return ReadMaxBytes(self.options.max_bytes_per_batch)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        stager = self._live()
+        stager.check()
+        begin = from_offset(start)
+        if self._target is not None:
+            stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds)
+        max_rows = max_bytes = None
+        if isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows
+            max_bytes = self.options.max_bytes_per_batch
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        end = plan_end(stager.entries_after(begin), begin, max_rows=max_rows, max_bytes=max_bytes,
+                       target=self._target)
+        if end == begin:
+            barrier = stager.schema_barrier()
+            if barrier is not None and stager.staged_end <= begin:
+                raise barrier
+        return to_offset(end)
+
+    def reportLatestOffset(self) -> dict | None:
+        if self._stager is None:
+            return None
+        staged = self._stager.staged_end
+        return to_offset(staged) if staged else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        with self._connect() as conn:
+            (current,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        self._target = parse_lsn(current)
+        log.info("Trigger.AvailableNow: reading up to %s", current)
+        self._live().set_target(self._target)
+
+    def partitions(self, start: dict, end: dict) -> list[SegmentPartition]:
+        begin, finish = from_offset(start), from_offset(end)
+        if finish <= begin:
+            return []
+        stager = self._live()
+        stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
+        return [SegmentPartition(str(s.path), begin, finish, self._registrations)
+                for s in stager.segments_for(begin, finish)]
+
+    def commit(self, end: dict) -> None:
+        self._live().commit(from_offset(end))
+
+    def stop(self) -> None:
+        if self._stager is not None:
+            self._stager.stop()
+            self._stager = None
+
+    # ------------------------------------------------------------------ executor side
+
+    def read(self, partition: SegmentPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        o = self.options
+
+        def make(config: DecodeConfig) -> TaskDecoder:
+            config = DecodeConfig(config.protocol_version, config.streaming_parallel, config.binary,
+                                  partition.registrations)
+            return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
+
+        yield from decode_segment(partition.path, partition.start, partition.end, make)

@@ -1,0 +1,146 @@
+"""Helpers for the pgoutput data source tests: a source database, a workload with a known order,
+and readers of a streaming checkpoint (offsets/commits) — all real: embedded PostgreSQL, local Spark."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import psycopg
+
+from walspark.protocol import parse_lsn
+
+DDL = """
+CREATE TABLE acct (id int PRIMARY KEY, owner text, balance numeric(12,2), seq bigint);
+CREATE TABLE ev (k bigint PRIMARY KEY, at timestamptz, tags text[], seq bigint);
+CREATE PUBLICATION pub FOR TABLE acct, ev;
+"""
+
+
+def create_source(dsn: str, slot: str = "s") -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(DDL)
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+
+class Workload:
+    """Transactions on ``acct``/``ev`` from one connection, so their commit order is the order issued.
+
+    Every change writes a fresh global ``seq`` value (inserts and updates; deletes are recorded
+    by key), so a sink can be checked for "each change exactly once, in commit order per table".
+    """
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.seq = 0
+        self.next_id = 0
+        self.changes: list[tuple[str, str, int, int | None]] = []  # (table, op, key, seq) in commit order
+        self.txns = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def txn(self, conn: psycopg.Connection, rows: int = 5) -> None:
+        pending = []
+        with conn.transaction():
+            for _ in range(rows):
+                self.seq += 1
+                self.next_id += 1
+                i = self.next_id
+                conn.execute("INSERT INTO acct VALUES (%s, %s, %s, %s)", (i, f"o{i}", i / 4, self.seq))
+                pending.append(("acct", "I", i, self.seq))
+            if self.next_id % 3 == 0:
+                self.seq += 1
+                conn.execute("UPDATE acct SET balance = balance + 1, seq = %s WHERE id = %s", (self.seq, self.next_id))
+                pending.append(("acct", "U", self.next_id, self.seq))
+            if self.next_id % 4 == 0:
+                conn.execute("DELETE FROM acct WHERE id = %s", (self.next_id - 1,))
+                pending.append(("acct", "D", self.next_id - 1, None))
+            self.seq += 1
+            conn.execute("INSERT INTO ev VALUES (%s, now(), ARRAY['a', %s], %s)", (self.next_id, str(self.seq), self.seq))
+            pending.append(("ev", "I", self.next_id, self.seq))
+        self.changes.extend(pending)
+        self.txns += 1
+
+    def run(self, count: int, rows: int = 5) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for _ in range(count):
+                self.txn(conn, rows)
+
+    def start(self, pause: float = 0.02) -> None:
+        def loop() -> None:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    while not self._stop.is_set():
+                        self.txn(conn)
+                        self._stop.wait(pause)
+            except BaseException as exc:  # noqa: BLE001
+                self.error = exc
+
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+
+def slot_confirmed(dsn: str, slot: str = "s") -> int:
+    with psycopg.connect(dsn) as conn:
+        (lsn,) = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                              (slot,)).fetchone()
+    return parse_lsn(lsn)
+
+
+def current_lsn(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+
+def checkpoint_offsets(checkpoint: Path) -> dict[int, int]:
+    """Batch id -> end LSN of the pgoutput source, from ``offsets/`` (the write-ahead log)."""
+    out = {}
+    for f in (checkpoint / "offsets").iterdir():
+        if f.name.isdigit():
+            out[int(f.name)] = parse_lsn(json.loads(f.read_text().splitlines()[-1])["lsn"])
+    return out
+
+
+def committed_end(checkpoint: Path) -> int | None:
+    """End LSN of the last batch in ``commits/`` — what the slot may be confirmed up to."""
+    commits = [int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit()] \
+        if (checkpoint / "commits").exists() else []
+    if not commits:
+        return None
+    return checkpoint_offsets(checkpoint)[max(commits)]
+
+
+def sink_changes(spark, path: Path, *, per_table: str | None = None) -> list[tuple[str, str, int, int | None]]:
+    """(table, op, key, seq) of every row in a parquet sink, per table in (_commit_lsn, _seq) order."""
+    df = spark.read.parquet(str(path))
+    rows = df.orderBy("_commit_lsn", "_seq").collect()
+    out = []
+    for r in rows:
+        if per_table:
+            new, old = r.asDict(), r["_old"]
+        else:
+            name = f"{r['_schema']}.{r['_table']}"
+            new, old = r[name], r[name + ":old"]
+        key = "id" if r["_table"] == "acct" else "k"
+        if r["_op"] == "D":
+            out.append((r["_table"], "D", old[key], None))
+        else:
+            out.append((r["_table"], r["_op"], new[key], new["seq"]))
+    return out
+
+
+def per_table(changes: list[tuple[str, str, int, int | None]]) -> dict[str, list[tuple[str, int, int | None]]]:
+    out: dict[str, list] = {}
+    for table, op, key, seq in changes:
+        out.setdefault(table, []).append((op, key, seq))
+    return out

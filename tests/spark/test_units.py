@@ -1,0 +1,85 @@
+"""The pure parts of the data source: admission control, segment files, options, table names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from walspark.spark.offsets import TxnEntry, from_offset, plan_end, to_offset
+from walspark.spark.options import OptionsError, SourceOptions
+from walspark.spark.schema import parse_table_name
+from walspark.spark.segments import (
+    SegmentBuilder,
+    SegmentMeta,
+    delete_through,
+    list_segments,
+    read_segment,
+    remove_incomplete_tail,
+    write_segment,
+)
+
+
+def test_offsets_are_lsn_text_and_round_trip():
+    assert to_offset(0x1_0000_00A0) == {"lsn": "1/A0"}
+    assert from_offset({"lsn": "1/A0"}) == 0x1_0000_00A0
+    with pytest.raises(ValueError):
+        from_offset({"offset": 3})
+
+
+def test_plan_end_takes_whole_transactions_within_the_limit_and_at_least_one():
+    entries = [TxnEntry(10, 100, 1000), TxnEntry(20, 100, 1000), TxnEntry(30, 500, 5000), TxnEntry(40, 1, 10)]
+    assert plan_end(entries, 0) == 40
+    assert plan_end(entries, 0, max_rows=250) == 20
+    assert plan_end(entries, 20, max_rows=250) == 30  # larger than the limit: alone
+    assert plan_end(entries, 30, max_rows=250) == 40
+    assert plan_end(entries, 40, max_rows=250) == 40  # nothing new
+    assert plan_end(entries, 0, max_bytes=1500) == 10
+    assert plan_end(entries, 0, target=25) == 20  # Trigger.AvailableNow
+    assert plan_end(entries, 15, max_rows=1000, target=35) == 30
+
+
+def _builder(ends: list[int]) -> SegmentBuilder:
+    b = SegmentBuilder()
+    for i, end in enumerate(ends):
+        b.append(end, end - 1, 700 + end, 123, None, end - 2, i, False, b"I" + bytes([i]))
+    return b
+
+
+def test_segments_are_atomic_ordered_and_self_describing(tmp_path: Path):
+    meta = SegmentMeta(4, False, True, (TxnEntry(10, 2, 4), TxnEntry(20, 1, 2)))
+    b = _builder([10, 10, 20])
+    seg = write_segment(tmp_path, 0, b.to_batch([(5, False, b"Rxx", 3)]), meta, first_end=10, last_end=20)
+    table, back = read_segment(seg.path)
+    assert back == meta
+    assert table.column("end_lsn").to_pylist() == [-1, 10, 10, 20]
+    assert table.column("version").to_pylist() == [3, None, None, None]
+    assert table.column("seq").to_pylist() == [0, 0, 1, 2]
+    # a huge transaction in two pieces, the second lost in a crash before its entry was written
+    write_segment(tmp_path, 1, _builder([30]).to_batch(), SegmentMeta(4, False, True, ()), first_end=30, last_end=30)
+    (tmp_path / "000000000002-x.arrow.tmp").write_bytes(b"partial")
+    assert [s.seq for s in list_segments(tmp_path)] == [0, 1]
+    assert [s.seq for s in remove_incomplete_tail(tmp_path)] == [0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [seg.path.name]
+    assert seg.overlaps(0, 10) and seg.overlaps(15, 25) and not seg.overlaps(20, 30)
+    assert delete_through(tmp_path, 19) == 0 and delete_through(tmp_path, 20) == 1
+
+
+def test_table_names_and_options_are_validated():
+    assert parse_table_name("t") == ("public", "t")
+    assert parse_table_name('"My Schema"."a.b"') == ("My Schema", "a.b")
+    assert parse_table_name('s."x""y"') == ("s", 'x"y')
+    with pytest.raises(ValueError):
+        parse_table_name("a.b.c")
+    o = SourceOptions.parse({"DSN": "host=x", "slot": "s", "publication": "p1, p2", "maxRowsPerBatch": "10",
+                             "table": "acct", "stagingpath": "/tmp/x"})
+    assert o.publications == ("p1", "p2") and o.max_rows_per_batch == 10 and o.table == "public.acct"
+    o.require_stream()
+    with pytest.raises(OptionsError, match="peek=true"):
+        o.require_batch()
+    with pytest.raises(OptionsError, match="unknown option.*maxrowsperbach"):
+        SourceOptions.parse({"path": "x", "maxRowsPerBach": "1"})
+    with pytest.raises(OptionsError, match="stagingPath"):
+        SourceOptions.parse({"dsn": "x", "slot": "s", "publication": "p"}).require_stream()
+    with pytest.raises(OptionsError, match="either path"):
+        SourceOptions.parse({"dsn": "x", "path": "y"})
