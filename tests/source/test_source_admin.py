@@ -105,6 +105,20 @@ def test_drop_active_slot_needs_force(pg18_dsn: str) -> None:
         assert get_slot(conn, "busy") is None
 
 
+def test_closed_stream_releases_the_slot_at_once(pg18_dsn: str) -> None:
+    with connect_sql(pg18_dsn) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        create_publication(conn, "p", tables=["t"])
+        create_slot(conn, "quick")
+        for _ in range(3):
+            with ReplicationStream(pg18_dsn, "quick", StreamOptions(("p",)), retry_on_open=False) as stream:
+                conn.execute("INSERT INTO t SELECT coalesce(max(id), 0) + 1 FROM t")
+                stream.read(0.3)
+            info = get_slot(conn, "quick")
+            assert info is not None and not info.active  # released before close() returned
+        assert drop_slot(conn, "quick")
+
+
 def test_inspection_on_pg15(pg15_dsn: str) -> None:
     with connect_sql(pg15_dsn) as conn:
         create_slot(conn, "old", two_phase=True)

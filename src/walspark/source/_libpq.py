@@ -67,6 +67,7 @@ def _lib() -> Any:
     for name, res, args in (
         ("PQgetCopyData", i, [vp, ctypes.POINTER(vp), i]),
         ("PQputCopyData", i, [vp, ctypes.c_char_p, i]),
+        ("PQputCopyEnd", i, [vp, ctypes.c_char_p]),
         ("PQflush", i, [vp]),
         ("PQconsumeInput", i, [vp]),
         ("PQsocket", i, [vp]),
@@ -125,6 +126,48 @@ class CopyBoth:
         lib = self._lib
         if lib.PQputCopyData(self._conn, data, len(data)) != 1 or lib.PQflush(self._conn) != 0:
             raise LibpqConnectionError(self._error())
+
+    def end(self, timeout: float) -> bool:
+        """End COPY BOTH cleanly: send CopyDone, drain until the server's CopyDone and results.
+
+        When this returns True the walsender has left its streaming loop and released the slot,
+        so the slot can be dropped, or streamed by a new connection, at once. False means the
+        exchange did not complete in ``timeout`` seconds (or the connection broke); the caller
+        then simply closes the connection and the server notices on its own.
+        """
+        import select
+        import time
+
+        lib = self._lib
+        deadline = time.monotonic() + timeout
+        try:
+            if lib.PQputCopyEnd(self._conn, None) != 1 or lib.PQflush(self._conn) != 0:
+                return False
+            poller = select.poll()
+            poller.register(self.socket(), select.POLLIN | select.POLLERR | select.POLLHUP)
+            while True:
+                n = lib.PQgetCopyData(self._conn, ctypes.byref(self._buf), 1)
+                if n > 0:
+                    lib.PQfreemem(self._buf)
+                    continue
+                if n == -1:
+                    break
+                if n < -1:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                poller.poll(remaining * 1000)
+                if not lib.PQconsumeInput(self._conn):
+                    return False
+            for _ in range(100):  # CommandComplete of START_REPLICATION, then NULL
+                res = lib.PQgetResult(self._conn)
+                if not res:
+                    return True
+                lib.PQclear(res)
+            return False
+        except OSError:
+            return False
 
     def _error(self) -> str:
         raw = self._lib.PQerrorMessage(self._conn)

@@ -256,8 +256,14 @@ class ReplicationStream:
                 self._heartbeat.start()
         return self
 
-    def close(self) -> None:
-        """Send a last status update (best effort) and close the connection."""
+    def close(self, timeout: float = 5.0) -> None:
+        """Send a last status update, end the stream cleanly and close the connection.
+
+        Ending with CopyDone (rather than just hanging up) means that when ``close`` returns the
+        walsender has released the slot: it can be dropped, or streamed by a new connection,
+        right away instead of failing with "slot is active" until the server notices the
+        disconnect. Everything is best effort within ``timeout`` seconds.
+        """
         if self._closed:
             return
         self._closed = True
@@ -266,6 +272,8 @@ class ReplicationStream:
             if self._io is not None and self._broken is None:
                 try:
                     self._send_status_locked()
+                    if not self._io.end(timeout):
+                        log.debug("slot %s: the server did not acknowledge the end of streaming", self.slot)
                 except SourceError:
                     pass
             self._teardown_locked()
