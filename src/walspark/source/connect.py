@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .dsn import redact_dsn, redact_secrets, with_defaults
+from .dsn import dsn_params, redact_dsn, redact_secrets, with_defaults
 from .errors import (
     AuthenticationFailed,
     ConnectionLost,
@@ -122,13 +122,29 @@ def connect_sql(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
         raise error_from_exception(exc, dsn=dsn, what="cannot connect") from None
 
 
+def with_session_settings(dsn: str) -> str:
+    """``dsn`` with the settings walspark's text-format parsers rely on, as startup options.
+
+    In text mode pgoutput renders values with the *walsender's* settings (DateStyle,
+    IntervalStyle, extra_float_digits, bytea_output, client_encoding), so they are fixed for
+    the replication connection. The user's own ``options`` come after ours, so they still win.
+    """
+    from psycopg.conninfo import make_conninfo
+
+    from walspark.values import RECOMMENDED_SESSION_SETTINGS
+
+    ours = " ".join(f"-c {name}={value}" for name, value in RECOMMENDED_SESSION_SETTINGS.items())
+    theirs = dsn_params(dsn).get("options", "")
+    return make_conninfo(dsn, options=f"{ours} {theirs}".strip())
+
+
 def connect_replication(dsn: str) -> Any:
     """A psycopg2 ``LogicalReplicationConnection`` (``replication=database``, autocommit)."""
     import psycopg2
     import psycopg2.extras
 
     try:
-        full = with_defaults(dsn, **DEFAULT_PARAMS)
+        full = with_session_settings(with_defaults(dsn, **DEFAULT_PARAMS))
     except ValueError as exc:
         raise InvalidDsn(str(exc)) from None
     try:
