@@ -42,6 +42,13 @@ __all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSo
 BATCH_ROWS = 65_536
 
 
+#: Types copied as ``::text`` inside the binary COPY: numeric's binary form (base-10000 digits)
+#: decodes value by value in Python, its text form in one vectorised, exact Arrow pass — about 70
+#: times faster. ``::text`` is numeric's output function, so the text is exactly what text-mode
+#: pgoutput would send. (Not a general trick: ``bool::text`` is 'true', not the output 't'.)
+TEXT_TRANSFER_TYPES = frozenset({1700})
+
+
 class SnapshotFault(RuntimeError):
     """Raised on purpose by a task when the plan's test hook ``fail_partition`` names it."""
 
@@ -87,15 +94,19 @@ class SnapshotSourcePlan:
 
 
 def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end: int | None, *,
-               binary: bool) -> Any:
+               binary: bool, as_text: Sequence[bool] = ()) -> Any:
     """The ``COPY (SELECT ...) TO STDOUT`` of one CTID range, every identifier quoted.
+
+    Columns flagged in ``as_text`` are selected as ``"c"::text`` (see :data:`TEXT_TRANSFER_TYPES`).
 
     TID range conditions are executed as a TID Range Scan from PostgreSQL 14 on (only the pages
     of the range are read); older servers evaluate them during a sequential scan.
     """
     from psycopg import sql
 
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+    flags = list(as_text) or [False] * len(columns)
+    cols = sql.SQL(", ").join(
+        sql.SQL("{}::text").format(sql.Identifier(c)) if t else sql.Identifier(c) for c, t in zip(columns, flags))
     conds: list[sql.Composable] = []
     if start > 0:
         conds.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({start},0)")))
@@ -136,14 +147,17 @@ class _Decoder:
         self.binary = plan.binary
         self.codecs = column_codecs(plan.columns, registry, binary=plan.binary)
         self.schema = arrow_schema(plan.columns, registry, binary=plan.binary)
+        self.as_text = [not plan.binary or oid in TEXT_TRANSFER_TYPES for _, oid, _ in plan.columns]
 
     def batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
         arrays = []
         for j, (codec, values) in enumerate(zip(self.codecs, zip(*rows), strict=True)):
-            if self.binary:
-                arr = codec.arrow_from_binary(values)
-            else:
+            if not self.binary:
                 arr = codec.arrow_from_text([None if v is None else v.encode() for v in values])
+            elif self.as_text[j]:
+                arr = codec.arrow_from_text(values)
+            else:
+                arr = codec.arrow_from_binary(values)
             if isinstance(arr, pa.ChunkedArray):
                 arr = arr.combine_chunks()
             if arr.type != self.schema.field(j).type:
@@ -164,7 +178,8 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
     if plan.fail_partition is not None and plan.fail_partition == rng.index:
         raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")
     decoder = _Decoder(plan)
-    query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary)
+    query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary,
+                       as_text=decoder.as_text if plan.binary else ())
     conn = connect_sql(plan.dsn)
     try:
         try:

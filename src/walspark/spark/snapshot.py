@@ -1,0 +1,656 @@
+"""The initial snapshot: every published table copied in parallel inside one exported snapshot.
+
+Why this shape (see ARCHITECTURE.md, "Scale"): a mirror needs the rows that existed before the
+slot, copied *consistently with the stream*. Creating the slot with ``SNAPSHOT 'export'`` gives
+both halves of the hand-off at the same instant: a snapshot name that other sessions can import,
+and the slot's **consistent point**, the LSN from which streaming must start. Every transaction
+committed before the consistent point is visible in the snapshot, every one committed after is
+streamed from the slot — no gap, no duplicate. So:
+
+1. write ``<target>/_walspark/snapshot.json`` saying "in progress, slot S" (before the slot
+   exists, so a crash at any later instant leaves a record naming the slot to clean up);
+2. create the slot with an exported snapshot and keep its replication connection open and idle
+   (:func:`walspark.source.slots.create_slot_with_snapshot`);
+3. inside that snapshot, list the publication's tables and columns (``pg_publication_tables``,
+   ``attnames`` on PostgreSQL 15+, generated columns only where published) and the user types;
+4. per table, plan CTID-range partitions from the relation's size in pages (small tables get
+   one task), and run one Spark job (the ``pgsnapshot`` data source, one task per range; each
+   task imports the snapshot and runs a binary ``COPY``) writing the Delta table at
+   ``<target>/<schema>/<table>`` with ``CREATE OR REPLACE TABLE ... AS SELECT``: one atomic
+   commit, column mapping on, whatever was there before is replaced;
+5. close the exporting connection as soon as the last job finished;
+6. only then rewrite ``snapshot.json`` as "complete (consistent point, tables)".
+
+A table published with ``publish_via_partition_root`` appears once, as its root; its leaf
+partitions' CTID ranges all feed the root's one Delta table.
+
+Restart: a rerun that finds an "in progress" record (or none) redoes everything: it drops the
+half-made slot the record names, creates it again, and overwrites every table. A table written
+by a failed run may exist, but it never looks complete: only the "complete" record says so.
+A rerun that finds a "complete" record for the same slot, with the slot still there, does
+nothing and returns the recorded consistent point (``redo=True`` forces a new snapshot).
+
+Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
+their changes from the moment they were added, but not their earlier rows. The mechanism
+(not yet wired into ``walspark run``): pause applying that table, take a new exported snapshot
+from a *temporary* slot, copy the table with :func:`write_table` (its consistent point C), then
+apply the table's streamed changes whose commit LSN is above C only — the apply step's per-table
+progress mark (``_walspark/progress``, commit LSN) set to C does exactly that filtering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from walspark.protocol.lsn import format_lsn, parse_lsn
+
+from .snapshot_source import CtidRange, SnapshotSourcePlan
+from .snapshot_source import register as register_snapshot_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "SnapshotError",
+    "SnapshotProgress",
+    "SnapshotRecord",
+    "SnapshotResult",
+    "TablePlan",
+    "TableSnapshot",
+    "console_progress",
+    "plan_partitions",
+    "publication_tables",
+    "read_record",
+    "record_path",
+    "run_snapshot",
+    "table_path",
+    "TABLE_PROPERTIES",
+]
+
+log = logging.getLogger(__name__)
+
+#: The Delta table properties of every target table: column mapping by name, so any PostgreSQL
+#: identifier (spaces, commas, parentheses...) is a valid column name. Same as the apply step's.
+TABLE_PROPERTIES = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "2",
+    "delta.minWriterVersion": "5",
+}
+
+#: Rows per CTID-range task when nothing else is asked: large enough that the per-task cost
+#: (a connection, importing the snapshot, a Python worker round trip) is noise, small enough
+#: that a big table spreads over every core with a few tasks each for balance.
+DEFAULT_PARTITION_ROWS = 50_000
+
+#: Tables estimated below this many rows are read in one task, without a CTID condition.
+SMALL_TABLE_ROWS = 50_000
+
+#: Rows per page assumed for a table PostgreSQL has never analysed (``reltuples`` = -1).
+ASSUMED_ROWS_PER_PAGE = 100
+
+RECORD_NAME = "snapshot.json"
+
+
+class SnapshotError(RuntimeError):
+    """The snapshot cannot start or continue; the message says what to do."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+
+
+@dataclass(slots=True)
+class Relation:
+    """One relation with storage: a plain table or a leaf partition."""
+
+    schema: str
+    table: str
+    pages: int
+    estimated_rows: int | None
+
+
+@dataclass(slots=True)
+class TablePlan:
+    """One published table: its columns and the CTID ranges that read it."""
+
+    schema: str
+    table: str
+    columns: list[tuple[str, int, int]]
+    binary: bool
+    relations: list[Relation]
+    ranges: list[CtidRange] = field(default_factory=list)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def pages(self) -> int:
+        return sum(r.pages for r in self.relations)
+
+    @property
+    def estimated_rows(self) -> int | None:
+        known = [r.estimated_rows for r in self.relations]
+        return None if any(k is None for k in known) else sum(k or 0 for k in known)
+
+
+def _estimate(reltuples: float | None, relpages: int | None, pages: int) -> int | None:
+    """Rows now, from the planner's density (rows per page at the last ANALYZE) and today's size."""
+    if reltuples is None or reltuples < 0:
+        return None
+    if not relpages or relpages <= 0:
+        return 0 if pages == 0 else int(reltuples) or None
+    return int(round(reltuples / relpages * pages))
+
+
+def plan_partitions(plan: TablePlan, *, parallelism: int, partition_rows: int = DEFAULT_PARTITION_ROWS,
+                    partition_pages: int | None = None, small_rows: int = SMALL_TABLE_ROWS) -> list[CtidRange]:
+    """CTID ranges of whole pages for every relation of ``plan`` (stored on it and returned).
+
+    ``partition_pages`` fixes the pages per task; otherwise a task gets about ``partition_rows``
+    rows, and a table big enough to split gets at least ``parallelism`` tasks so every core has
+    work. The last range of each relation is open-ended: pages added after the plan (rows
+    moved by concurrent updates) are read too — they hold no row of the snapshot anyway, but
+    nothing depends on the page count being exact.
+    """
+    ranges: list[CtidRange] = []
+    for rel in plan.relations:
+        rows = rel.estimated_rows if rel.estimated_rows is not None else rel.pages * ASSUMED_ROWS_PER_PAGE
+        if partition_pages is not None:
+            chunk = max(1, partition_pages)
+        elif rel.pages <= 1 or rows < small_rows:
+            chunk = rel.pages or 1
+        else:
+            per_page = max(rows / rel.pages, 1.0)
+            chunk = max(1, math.ceil(partition_rows / per_page))
+            chunk = min(chunk, max(1, math.ceil(rel.pages / max(parallelism, 1))))
+        if rel.pages <= chunk:
+            ranges.append(CtidRange(len(ranges), rel.schema, rel.table, 0, None))
+            continue
+        start = 0
+        while start < rel.pages:
+            end: int | None = start + chunk
+            if end is not None and end >= rel.pages:
+                end = None
+            ranges.append(CtidRange(len(ranges), rel.schema, rel.table, start, end))
+            if end is None:
+                break
+            start = end
+    plan.ranges = ranges
+    return ranges
+
+
+_TABLES_QUERY = """
+SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind::text, {attnames}
+  FROM pg_publication_tables t
+  JOIN pg_namespace n ON n.nspname = t.schemaname
+  JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
+ WHERE t.pubname = %s
+ ORDER BY n.nspname, c.relname
+"""
+
+_SIZE_QUERY = """
+SELECT n.nspname::text, c.relname::text, c.reltuples::float8, c.relpages,
+       (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid = %s
+"""
+
+_LEAVES_QUERY = """
+SELECT p.relid::oid::int8 FROM pg_partition_tree(%s) p JOIN pg_class c ON c.oid = p.relid
+ WHERE p.isleaf AND c.relkind = 'r'
+ ORDER BY p.level, c.relname
+"""
+
+
+def _column_query(major: int, with_names: bool) -> str:
+    generated = " AND a.attgenerated = ''" if major >= 12 and not with_names else ""
+    names = " AND a.attname = ANY(%s)" if with_names else ""
+    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod FROM pg_attribute a"
+            " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
+            " ORDER BY a.attnum")
+
+
+def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
+    """The publication's tables as pgoutput will stream them: names, columns, storage.
+
+    Run it inside the exported snapshot so the list and the columns are those of the consistent
+    point. Columns: the publication's column list (``attnames``, PostgreSQL 15+: it already
+    accounts for ``publish_generated_columns`` on 18), else every live, non-generated column.
+    A partitioned root (listed when the publication is ``publish_via_partition_root``) is read
+    through its leaf partitions; types come from the root.
+    """
+    from walspark.source.names import validate_publication_name
+    from walspark.values import TypeRegistry
+
+    validate_publication_name(publication)
+    major = conn.info.server_version // 10000
+    attnames = "t.attnames::text[]" if major >= 15 else "NULL::text[]"
+    rows = conn.execute(_TABLES_QUERY.format(attnames=attnames), (publication,)).fetchall()
+    registry = TypeRegistry()
+    plans = []
+    for oid, schema, table, relkind, names in rows:
+        if names is not None:
+            cols = conn.execute(_column_query(major, True), (oid, list(names))).fetchall()
+        else:
+            cols = conn.execute(_column_query(major, False), (oid,)).fetchall()
+        columns = [(str(n), int(t), int(m)) for n, t, m in cols]
+        if not columns:
+            log.warning("%s.%s publishes no column; skipped", schema, table)
+            continue
+        if relkind == "p":
+            leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (oid,)).fetchall()]
+        else:
+            leaf_oids = [oid]
+        relations = []
+        for leaf in leaf_oids:
+            lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
+            relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
+        plans.append(TablePlan(schema, table, columns, True, relations))
+    # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
+    # values match what the text-mode stream gives for a type walspark does not know.
+    catalog = _catalog_rows(conn)
+    if catalog:
+        from walspark.values import register_catalog_rows
+
+        register_catalog_rows(registry, catalog)
+    for p in plans:
+        p.binary = all(registry.is_known(oid) for _, oid, _ in p.columns)
+    return plans
+
+
+def _catalog_rows(conn: Any) -> list[list[Any]]:
+    """The user types (enums, domains, composites, ranges) as JSON-ready rows for the tasks."""
+    from walspark.values import TYPE_CATALOG_QUERY
+
+    rows = conn.execute(TYPE_CATALOG_QUERY).fetchall()
+    return [[*r[:9], [list(f) for f in r[9]] if r[9] else None] for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bookkeeping
+
+
+def table_path(target: str, schema: str, table: str) -> str:
+    """``<target>/<schema>/<table>``: where a source table's Delta table lives (ARCHITECTURE.md)."""
+    return f"{target.rstrip('/')}/{schema}/{table}"
+
+
+def _local(target: str) -> Path:
+    if target.startswith("file://"):
+        return Path(target[len("file://"):])
+    if target.startswith("file:"):
+        return Path(target[len("file:"):])
+    if "://" in target:
+        raise SnapshotError(f"snapshot bookkeeping needs a local target folder, not {target!r}")
+    return Path(target)
+
+
+def record_path(target: str) -> Path:
+    """``<target>/_walspark/snapshot.json``."""
+    return _local(target) / "_walspark" / RECORD_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """What ``snapshot.json`` says: the state of the last snapshot into the target."""
+
+    state: str  # "in_progress" | "complete"
+    slot: str
+    publication: str
+    consistent_point: int | None
+    tables: list[dict[str, Any]]
+    started_at: str
+    completed_at: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "complete"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "slot": self.slot,
+            "publication": self.publication,
+            "consistent_point": None if self.consistent_point is None else format_lsn(self.consistent_point),
+            "tables": self.tables,
+            "started_at": self.started_at,
+            "completed_at": self.completed_at,
+        }
+
+
+def read_record(target: str) -> SnapshotRecord | None:
+    """The snapshot record of ``target``, or None when no snapshot was ever started there."""
+    path = record_path(target)
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    cp = data.get("consistent_point")
+    return SnapshotRecord(data["state"], data["slot"], data["publication"], None if cp is None else parse_lsn(cp),
+                          list(data.get("tables") or []), data.get("started_at", ""), data.get("completed_at"))
+
+
+def _write_record(target: str, record: SnapshotRecord) -> None:
+    """Replace the record atomically (write a sibling, fsync, rename): never a torn file."""
+    path = record_path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(record.to_dict(), fh, indent=2)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotProgress:
+    """One progress report of one table.
+
+    ``rows_copied`` is an estimate while the table runs (finished tasks' share of the estimated
+    rows) and exact when ``done`` (Delta's count of written rows).
+    """
+
+    schema: str
+    table: str
+    tasks_done: int
+    tasks_total: int
+    rows_copied: int
+    rows_estimated: int | None
+    elapsed: float
+    done: bool = False
+
+    @property
+    def rate(self) -> float:
+        return self.rows_copied / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def eta(self) -> float | None:
+        if self.done or not self.rows_estimated or self.rate <= 0:
+            return None
+        return max(self.rows_estimated - self.rows_copied, 0) / self.rate
+
+    def line(self) -> str:
+        """A human line: ``public.orders  12/40 tasks  1,200,000 / ~5,000,000 rows  310,000 rows/s  ETA 12s``."""
+        est = "?" if self.rows_estimated is None else f"~{self.rows_estimated:,}"
+        if self.done:
+            return (f"{self.schema}.{self.table}: done, {self.rows_copied:,} rows in {self.elapsed:.1f}s "
+                    f"({self.rate:,.0f} rows/s, {self.tasks_total} tasks)")
+        eta = "" if self.eta is None else f", ETA {self.eta:.0f}s"
+        return (f"{self.schema}.{self.table}: {self.tasks_done}/{self.tasks_total} tasks, "
+                f"~{self.rows_copied:,} / {est} rows, {self.rate:,.0f} rows/s{eta}")
+
+
+ProgressCallback = Callable[[SnapshotProgress], None]
+
+
+def console_progress(stream: TextIO | None = None) -> ProgressCallback:
+    """A callback printing one line per progress report (to stderr by default)."""
+
+    def report(p: SnapshotProgress) -> None:
+        out = stream or sys.stderr
+        print(p.line(), file=out, flush=True)
+
+    return report
+
+
+@contextlib.contextmanager
+def _watch(spark: SparkSession, group: str, plan: TablePlan, callback: ProgressCallback | None,
+           started: float, interval: float) -> Iterator[None]:
+    """Report a table's finished tasks while its Spark job runs.
+
+    Executors cannot print to the driver, so a driver thread polls Spark's status tracker for the
+    job group's stage of ``len(plan.ranges)`` tasks and reports whenever more have finished.
+    """
+    if callback is None:
+        yield
+        return
+    stop = threading.Event()
+    total = len(plan.ranges)
+    est = plan.estimated_rows
+
+    def poll() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        last = -1
+        while not stop.wait(interval):
+            try:
+                done = 0
+                for job_id in tracker.getJobIdsForGroup(group):
+                    job = tracker.getJobInfo(job_id)
+                    for stage_id in job.stageIds if job else ():
+                        stage = tracker.getStageInfo(stage_id)
+                        if stage is not None and stage.numTasks == total:
+                            done = max(done, stage.numCompletedTasks)
+            except Exception:  # the tracker is best effort; progress must never fail the snapshot
+                log.debug("status tracker poll failed", exc_info=True)
+                continue
+            if done != last and done < total:
+                last = done
+                rows = int((est or 0) * done / total) if total else 0
+                callback(SnapshotProgress(plan.schema, plan.table, done, total, rows, est,
+                                          time.monotonic() - started))
+
+    thread = threading.Thread(target=poll, name=f"walspark-progress-{plan.table}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass(frozen=True, slots=True)
+class TableSnapshot:
+    """One table written by the snapshot."""
+
+    schema: str
+    table: str
+    path: str
+    rows: int
+    tasks: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "table": self.table, "path": self.path, "rows": self.rows,
+                "tasks": self.tasks, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResult:
+    """The outcome: where streaming starts (``consistent_point``) and what was written.
+
+    ``skipped`` is True when a complete snapshot was already recorded and nothing was redone.
+    """
+
+    slot: str
+    consistent_point: int
+    tables: list[TableSnapshot]
+    skipped: bool = False
+
+    @property
+    def consistent_point_text(self) -> str:
+        return format_lsn(self.consistent_point)
+
+
+def _sql_path(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def _written_rows(spark: SparkSession, path: str) -> int:
+    """Rows the last commit of ``path`` wrote (Delta's ``numOutputRows`` operation metric)."""
+    row = spark.sql(f"DESCRIBE HISTORY {_sql_path(path)} LIMIT 1").first()
+    metrics = (row["operationMetrics"] or {}) if row else {}
+    return int(metrics.get("numOutputRows", 0))
+
+
+def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePlan, path: str, *,
+                catalog: list[list[Any]], progress: ProgressCallback | None = None,
+                fail_partition: int | None = None, poll_interval: float = 0.5) -> TableSnapshot:
+    """Copy one planned table into a fresh Delta table at ``path``, in one Spark job and one commit.
+
+    ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
+    and its rows one atomic Delta commit: a failed job leaves the previous version in place.
+    """
+    source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
+                                ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition)
+    df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
+    view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
+    df.createOrReplaceTempView(view)
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    group = f"walspark-snapshot-{view}"
+    sc = spark.sparkContext
+    started = time.monotonic()
+    sc.setJobGroup(group, f"walspark snapshot of {plan.qualified}", interruptOnCancel=True)
+    try:
+        with _watch(spark, group, plan, progress, started, poll_interval):
+            spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
+                      f"AS SELECT * FROM `{view}`")
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        spark.catalog.dropTempView(view)
+    rows = _written_rows(spark, path)
+    elapsed = time.monotonic() - started
+    result = TableSnapshot(plan.schema, plan.table, path, rows, len(plan.ranges), elapsed)
+    if progress is not None:
+        progress(SnapshotProgress(plan.schema, plan.table, len(plan.ranges), len(plan.ranges), rows,
+                                  plan.estimated_rows, elapsed, done=True))
+    return result
+
+
+def _drop_slot(dsn: str, slot: str) -> bool:
+    from walspark.source.connect import connect_sql
+    from walspark.source.slots import drop_slot
+
+    with connect_sql(dsn) as conn:
+        return drop_slot(conn, slot, if_exists=True)
+
+
+def _slot_exists(dsn: str, slot: str) -> bool:
+    from walspark.source.connect import connect_sql
+    from walspark.source.slots import get_slot
+
+    with connect_sql(dsn) as conn:
+        return get_slot(conn, slot) is not None
+
+
+def _plan_in_snapshot(dsn: str, snapshot_name: str, publication: str) -> tuple[list[TablePlan], list[list[Any]]]:
+    from walspark.source.connect import connect_sql
+
+    from .snapshot_source import begin_in_snapshot
+
+    with connect_sql(dsn) as conn:
+        begin_in_snapshot(conn, snapshot_name)
+        plans = publication_tables(conn, publication)
+        catalog = _catalog_rows(conn)
+        conn.execute("COMMIT")
+    return plans, catalog
+
+
+def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, target: str, *,
+                 parallelism: int | None = None, progress: ProgressCallback | None = None,
+                 partition_rows: int = DEFAULT_PARTITION_ROWS, partition_pages: int | None = None,
+                 redo: bool = False, two_phase: bool = False,
+                 fail_partition: tuple[str, int] | None = None) -> SnapshotResult:
+    """Create ``slot`` with an exported snapshot and copy every table of ``publication`` into ``target``.
+
+    Returns the slot's consistent point: start streaming ``slot`` there (it is also the slot's
+    ``confirmed_flush_lsn``) and the target continues the snapshot with no gap and no duplicate.
+
+    ``parallelism`` is the number of tasks a big table is at least split into (default: Spark's
+    default parallelism); ``partition_rows`` / ``partition_pages`` size the CTID ranges.
+    ``fail_partition=("schema.table", i)`` is a test hook: task ``i`` of that table raises.
+    See the module docstring for the restart rules and ``redo``.
+    """
+    from walspark.source.names import validate_publication_name, validate_slot_name
+
+    validate_slot_name(slot)
+    validate_publication_name(publication)
+    register_snapshot_source(spark)
+    parallelism = parallelism or spark.sparkContext.defaultParallelism
+
+    previous = read_record(target)
+    if previous is not None and previous.complete and previous.slot == slot and not redo:
+        if previous.consistent_point is not None and _slot_exists(dsn, slot):
+            log.info("snapshot of %s already complete at %s; nothing to do", target,
+                     format_lsn(previous.consistent_point))
+            tables = [TableSnapshot(t["schema"], t["table"], t["path"], t["rows"], t.get("tasks", 0),
+                                    t.get("seconds", 0.0)) for t in previous.tables]
+            return SnapshotResult(slot, previous.consistent_point, tables, skipped=True)
+        raise SnapshotError(f"the snapshot in {target} is complete but slot {slot!r} is gone: changes since "
+                            f"its consistent point are lost; snapshot again (redo) into this target")
+    if previous is not None and previous.slot == slot:
+        # A snapshot of ours that did not finish (or a redo): its slot is ours to drop.
+        if _drop_slot(dsn, slot):
+            log.warning("dropped slot %s left by an unfinished snapshot; starting over", slot)
+    elif _slot_exists(dsn, slot):
+        raise SnapshotError(f"slot {slot!r} already exists and this target has no snapshot of it; "
+                            "a snapshot needs a new slot (drop it, or choose another name)")
+
+    started_at = _now()
+    _write_record(target, SnapshotRecord("in_progress", slot, publication, None, [], started_at))
+    from walspark.source.slots import create_slot_with_snapshot
+
+    written: list[TableSnapshot] = []
+    try:
+        with create_slot_with_snapshot(dsn, slot, two_phase=two_phase) as exported:
+            consistent_point = exported.consistent_point
+            assert exported.snapshot_name is not None
+            log.info("slot %s consistent point %s, snapshot %s", slot, format_lsn(consistent_point),
+                     exported.snapshot_name)
+            plans, catalog = _plan_in_snapshot(dsn, exported.snapshot_name, publication)
+            for plan in plans:
+                plan_partitions(plan, parallelism=parallelism, partition_rows=partition_rows,
+                                partition_pages=partition_pages)
+                fail = fail_partition[1] if fail_partition and fail_partition[0] == plan.qualified else None
+                written.append(write_table(spark, dsn, exported.snapshot_name, plan,
+                                           table_path(target, plan.schema, plan.table), catalog=catalog,
+                                           progress=progress, fail_partition=fail))
+            exported.close()  # the snapshot is no longer needed: release it before the bookkeeping
+    except BaseException:
+        # Best effort: a slot left behind retains WAL. A crash that skips this is handled by the
+        # rerun (the in-progress record names the slot).
+        with contextlib.suppress(Exception):
+            _drop_slot(dsn, slot)
+        raise
+    _write_record(target, SnapshotRecord("complete", slot, publication, consistent_point,
+                                         [t.to_dict() for t in written], started_at, _now()))
+    return SnapshotResult(slot, consistent_point, written)
+
+
+def snapshot_record_tables(target: str) -> list[tuple[str, str]]:
+    """The ``(schema, table)`` pairs of a complete snapshot of ``target`` (empty if none)."""
+    record = read_record(target)
+    if record is None or not record.complete:
+        return []
+    return [(t["schema"], t["table"]) for t in record.tables]
+
+
+def estimate_summary(plans: Sequence[TablePlan]) -> str:
+    """One line: how many tables, pages and (estimated) rows a snapshot will copy."""
+    rows = [p.estimated_rows for p in plans]
+    known = sum(r or 0 for r in rows)
+    return f"{len(plans)} tables, {sum(p.pages for p in plans):,} pages, ~{known:,} rows"
