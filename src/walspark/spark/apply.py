@@ -176,6 +176,8 @@ class BatchFacts:
     keys: tuple[str, ...]
     max_commit_lsn: int
     truncates: tuple[Truncate, ...]
+    #: Updates with an old key (or old row) *and* unchanged TOAST values: they may need a lookup.
+    moved_unchanged: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +207,7 @@ def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str
         F.collect_set(F.struct("_schema", "_table")).alias("tables"),
         F.max_by("_key", ordering).alias("key"),
         F.max("_commit_lsn").alias("max_lsn"),
+        F.count(F.when((F.col("_op") == "U") & F.col("_old").isNotNull() & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
             "truncs"
         ),
@@ -226,6 +229,7 @@ def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str
         keys=tuple(keys) if keys is not None else tuple(row["key"] or ()),
         max_commit_lsn=row["max_lsn"],
         truncates=truncates,
+        moved_unchanged=row["moved"],
     )
 
 
@@ -234,7 +238,8 @@ def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
 
     A delete's key is in ``_old``; an update that changed the key (``_old`` present with other
     key values) also emits a delete of the old key just before it — so a fold per key sees the
-    row leave its old key.
+    row leave its old key — and keeps the old key in ``__ws_from``: where the values it left
+    unchanged (TOAST) are to be found.
     """
     from pyspark.sql import functions as F
 
@@ -242,18 +247,22 @@ def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     new_key = [F.col(quote(k)) for k in keys]
     old_key = [F.col("_old").getField(k) for k in keys]
     base = rows.where(op.isin("I", "U", "D"))
+    if not keys:
+        return base.select("*", F.lit(1).alias(f"{_P}sub"), F.lit(None).alias(f"{_P}from"))
+    moved = (op == "U") & F.col("_old").isNotNull() & functools.reduce(
+        operator.or_, [~n.eqNullSafe(o) for n, o in zip(new_key, old_key)]
+    )
     keyed = base.select(
         "*",
         *[F.when(op == "D", o).otherwise(n).alias(key_column(i)) for i, (n, o) in enumerate(zip(new_key, old_key))],
         F.lit(1).alias(f"{_P}sub"),
+        F.when(moved, F.struct(*[o.alias(f"k{i}") for i, o in enumerate(old_key)])).alias(f"{_P}from"),
     )
-    if not keys:
-        return keyed
-    moved = functools.reduce(operator.or_, [~n.eqNullSafe(o) for n, o in zip(new_key, old_key)])
     departures = (
-        base.where((op == "U") & F.col("_old").isNotNull() & moved)
+        base.where(moved)
         .select("*", *[o.alias(key_column(i)) for i, o in enumerate(old_key)], F.lit(0).alias(f"{_P}sub"))
         .withColumn("_op", F.lit("D"))
+        .withColumn(f"{_P}from", F.lit(None))
     )
     return keyed.unionByName(departures)
 
@@ -272,15 +281,13 @@ def carried_value(name: str) -> Column:
     return F.when(carries(name), F.struct(F.col(quote(name)).alias("v")))
 
 
-def unresolved_indexes(names: Sequence[str], op: Column) -> Column:
-    """``array<int>`` of positions of columns whose value is still unknown (take the target's)."""
+def unresolved_indexes(names: Sequence[str]) -> Column:
+    """``array<int>`` of positions of columns no change in the batch carried (take the target's)."""
     from pyspark.sql import functions as F
 
     if not names:
         return F.array().cast("array<int>")
-    return F.array_compact(
-        F.array(*[F.when((op != "D") & F.col(value_column(i)).isNull(), F.lit(i)) for i in range(len(names))])
-    )
+    return F.array_compact(F.array(*[F.when(F.col(value_column(i)).isNull(), F.lit(i)) for i in range(len(names))]))
 
 
 def fold_last_per_key(changes: DataFrame, keys: Sequence[str], names: Sequence[str]) -> DataFrame:
@@ -289,7 +296,8 @@ def fold_last_per_key(changes: DataFrame, keys: Sequence[str], names: Sequence[s
     ``max_by`` over the change order picks the last change; per column, ``max_by`` of the value
     over the orders of only the changes that carried it picks the latest carried value (rows
     whose ordering is null are ignored by ``max_by``). Output: ``__ws_k<i>``, ``__ws_op``,
-    ``__ws_lsn``, the row columns by name, and ``__ws_unchanged`` (positions still unresolved).
+    ``__ws_lsn``, the row columns by name, ``__ws_unchanged`` (positions still unresolved) and
+    ``__ws_from`` (the old key of the latest key change into this key, if any).
     """
     from pyspark.sql import functions as F
 
@@ -297,15 +305,77 @@ def fold_last_per_key(changes: DataFrame, keys: Sequence[str], names: Sequence[s
     group = [key_column(i) for i in range(len(keys))]
     aggs = [F.max_by(F.struct(F.col("_op").alias("op"), F.col("_commit_lsn").alias("lsn")), order).alias(f"{_P}last")]
     aggs += [F.max_by(carried_value(c), F.when(carries(c), order)).alias(value_column(i)) for i, c in enumerate(names)]
+    # The latest key change into this key: its old key holds values nothing later carried.
+    aggs.append(F.max_by(F.col(f"{_P}from"), F.when(F.col(f"{_P}from").isNotNull(), order)).alias(f"{_P}from"))
     folded = changes.groupBy(*group).agg(*aggs)
     op = F.col(f"{_P}last.op")
     return folded.select(
         *group,
+        F.col(f"{_P}from"),
         op.alias(f"{_P}op"),
         F.col(f"{_P}last.lsn").alias(f"{_P}lsn"),
         *[F.col(value_column(i)).getField("v").alias(c) for i, c in enumerate(names)],
-        unresolved_indexes(names, op).alias(f"{_P}unchanged"),
+        unresolved_indexes(names).alias(f"{_P}unchanged"),
     )
+
+
+def _fill_from(folded: DataFrame, lookup: DataFrame, names: Sequence[str], nkeys: int, tag: str) -> DataFrame:
+    """Fill unresolved values of key-changed rows from ``lookup`` rows at their old key.
+
+    ``lookup`` has the key columns ``__ws_k<i>``, the row columns and ``__ws_unchanged`` (values
+    it does not know). Filled positions leave ``__ws_unchanged``.
+    """
+    from pyspark.sql import functions as F
+
+    p = f"{_P}{tag}"
+    lookup = lookup.select(
+        *[F.col(key_column(i)).alias(f"{p}k{i}") for i in range(nkeys)],
+        F.lit(True).alias(f"{p}found"),
+        F.col(f"{_P}unchanged").alias(f"{p}unchanged"),
+        *[F.col(quote(c)).alias(f"{p}v{i}") for i, c in enumerate(names) if c in lookup.columns],
+    )
+    present = set(lookup.columns)
+    match = functools.reduce(
+        operator.and_, [folded[f"{_P}from"].getField(f"k{i}").eqNullSafe(lookup[f"{p}k{i}"]) for i in range(nkeys)]
+    )
+    joined = folded.join(lookup, F.col(f"{_P}from").isNotNull() & match, "left")
+    unchanged = F.col(f"{_P}unchanged")
+
+    def known(i: Column | int) -> Column:
+        return F.coalesce(F.col(f"{p}found"), F.lit(False)) & ~F.array_contains(F.col(f"{p}unchanged"), i)
+
+    values = [
+        F.when(F.array_contains(unchanged, i) & known(i), F.col(f"{p}v{i}")).otherwise(F.col(quote(c))).alias(c)
+        if f"{p}v{i}" in present else F.col(quote(c))
+        for i, c in enumerate(names)
+    ]
+    others = [F.col(quote(c)) for c in folded.columns if c not in set(names) and c != f"{_P}unchanged"]
+    filled = [i for i, c in enumerate(names) if f"{p}v{i}" in present]
+    still = F.filter(unchanged, lambda x: ~(x.isin(filled) & known(x))) if filled else unchanged
+    return joined.select(*others, *values, still.alias(f"{_P}unchanged"))
+
+
+def resolve_from_moved_keys(target: TargetTable, folded: DataFrame, names: Sequence[str], keys: Sequence[str]) -> DataFrame:
+    """Fill unresolved values of rows that arrived by a key change, from the old key's row.
+
+    An update that changes the key and leaves a TOASTed column alone sends it as unchanged; the
+    value is under the *old* key — in this batch (the old key's last carried values) or in the
+    target — which the MERGE cannot see from the new key's row. Two left joins on the old key
+    (run only for batches that have such updates) fetch it. Not followed: chains of several key
+    changes within one batch, and an old key re-inserted after the change in the same batch.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    folded = folded.persist()
+    from_batch = _fill_from(folded, folded, names, len(keys), "b")
+    current = DeltaTable.forPath(target.spark, target.path).toDF()
+    current = current.select(
+        *[F.col(quote(k)).alias(key_column(i)) for i, k in enumerate(keys)],
+        *[F.col(quote(c)) for c in names if c in current.columns],
+        F.array().cast("array<int>").alias(f"{_P}unchanged"),
+    )
+    return _fill_from(from_batch, current, names, len(keys), "t")
 
 
 def append_only(changes: DataFrame, names: Sequence[str]) -> DataFrame:
@@ -623,6 +693,8 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
     changes = keyed_changes(rows, facts.keys)
     if facts.keys:
         source = fold_last_per_key(changes, facts.keys, names)
+        if facts.moved_unchanged:
+            source = resolve_from_moved_keys(tgt, source, names, facts.keys)
     else:
         log.warning(
             "%s has no replica identity key: applied append-only (inserts appended, updates/deletes dropped)",
