@@ -275,3 +275,23 @@ def test_partitioned_table_via_root_lands_as_one_table(spark, pg18_dsn: str, tmp
     assert table.tasks >= 3
     assert sorted(p.name for p in (tmp_path / "public").iterdir()) == ["m"]
     _same(_delta_arrow(spark, table.path, "id"), expected)
+
+
+def test_cli_prints_progress_and_consistent_point(spark, pg18_dsn: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from walspark.cli import commands  # noqa: F401  (registers the subcommands)
+    from walspark.cli.main import cli
+    from walspark.protocol import format_lsn
+
+    with _conn(pg18_dsn) as conn:
+        conn.execute("CREATE TABLE c (id int PRIMARY KEY)")
+        conn.execute("INSERT INTO c SELECT generate_series(1, 100)")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE c")
+        args = ["snapshot", "--dsn", pg18_dsn, "--publication", "pub", "--slot", "snap_cli", "--target", str(tmp_path)]
+        out = CliRunner().invoke(cli, args)
+        assert out.exit_code == 0, out.output
+        point = get_slot(conn, "snap_cli").confirmed_flush_lsn
+    assert "public.c: done, 100 rows" in out.output
+    assert f"consistent point {format_lsn(point)} (slot snap_cli)" in out.output
+    assert spark.read.format("delta").load(str(tmp_path / "public" / "c")).count() == 100

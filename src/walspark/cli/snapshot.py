@@ -1,0 +1,63 @@
+"""``walspark snapshot``: copy every published table into Delta and print where streaming starts.
+
+The command creates the slot (with an exported snapshot), copies the tables in parallel Spark
+tasks, prints one progress line per table as its tasks finish, and ends with the slot's
+consistent point ``X/Y``: stream the slot from there (``walspark run`` does) and the target
+continues the snapshot with no gap and no duplicate. Running it again after a failure starts
+over cleanly; after a success it does nothing and prints the same point (``--redo`` forces a new
+snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from walspark.cli.main import cli
+
+
+@cli.command("snapshot")
+@click.option("--dsn", required=True, envvar="WALSPARK_DSN",
+              help="libpq connection string or URI of the source database (or $WALSPARK_DSN).")
+@click.option("--publication", required=True, help="Publication whose tables are copied.")
+@click.option("--slot", required=True, help="Slot to create (1-63 of [a-z0-9_]); streaming continues from it.")
+@click.option("--target", required=True, type=click.Path(file_okay=False),
+              help="Folder of the Delta tables (<target>/<schema>/<table>).")
+@click.option("--parallelism", type=click.IntRange(1), default=None,
+              help="Tasks a big table is split into at least (default: Spark's default parallelism).")
+@click.option("--partition-rows", type=click.IntRange(1), default=None,
+              help="Rows per CTID-range task (default 50,000).")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--redo", is_flag=True, help="Snapshot again even if the target records a complete snapshot.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress still on stderr).")
+def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: int | None,
+             partition_rows: int | None, master: str, redo: bool, as_json: bool) -> None:
+    """Copy the publication's tables in one exported snapshot; print the consistent point."""
+    from walspark.cli.slots import _errors
+    from walspark.spark.session import spark_session
+    from walspark.spark.snapshot import DEFAULT_PARTITION_ROWS, SnapshotError, console_progress, run_snapshot
+
+    from pyspark.sql import SparkSession
+
+    with _errors(dsn):
+        owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
+        spark = spark_session("walspark-snapshot", master=master)
+        try:
+            result = run_snapshot(spark, dsn, publication, slot, target, parallelism=parallelism,
+                                  partition_rows=partition_rows or DEFAULT_PARTITION_ROWS, redo=redo,
+                                  progress=console_progress())
+        except SnapshotError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            if owned:
+                spark.stop()
+    if as_json:
+        click.echo(json.dumps({"slot": result.slot, "consistent_point": result.consistent_point_text,
+                               "skipped": result.skipped, "tables": [t.to_dict() for t in result.tables]}))
+        return
+    if result.skipped:
+        click.echo(f"snapshot already complete in {target}")
+    for t in result.tables:
+        click.echo(f"{t.schema}.{t.table}: {t.rows:,} rows -> {t.path}")
+    click.echo(f"consistent point {result.consistent_point_text} (slot {result.slot})")
