@@ -1,0 +1,160 @@
+"""``walspark run``: stream a publication's changes from a slot into Delta tables, exactly once.
+
+Every published table lands at ``<target>/<schema>/<table>``. A slot that does not exist yet is
+created by the initial snapshot (``walspark snapshot``), which copies every table and hands over
+at the slot's consistent point; an existing slot streams from its ``confirmed_flush_lsn``.
+
+The pipeline is one Spark streaming query: the ``pgoutput`` source (all tables) and
+:class:`walspark.spark.apply.ApplyChanges` as its ``foreachBatch`` sink. The source confirms
+the slot only after the sink returned (``commit(end)``), the sink's MERGEs are idempotent per
+batch, and the checkpoint lives under ``<target>/_walspark/`` — so a kill at any point and a
+restart leave the target equal to the source at some commit.
+
+A schema change (a column added or retyped, a table joining the publication) ends the query
+with ``SchemaChangedError`` once every earlier change is delivered; ``run`` restarts the query,
+which reads the new shape from the catalog, and the sink evolves the Delta table.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import click
+
+from walspark.cli.main import cli
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+#: Restarts after schema changes before ``run`` gives up (a loop would mean a bug, not DDL).
+MAX_SCHEMA_RESTARTS = 20
+
+
+@dataclass
+class RunSettings:
+    """What one ``run`` needs (the command's options, typed)."""
+
+    dsn: str
+    publication: str
+    slot: str
+    target: str
+    once: bool = False
+    scd2: tuple[str, ...] = ()
+    app_id: str | None = None
+    trigger_seconds: float = 1.0
+    max_rows_per_batch: int | None = None
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def home(self) -> str:
+        return f"{self.target.rstrip('/')}/_walspark"
+
+    @property
+    def checkpoint(self) -> str:
+        return f"{self.home}/checkpoints/{self.slot}"
+
+    @property
+    def staging(self) -> str:
+        return f"{self.home}/staging/{self.slot}"
+
+
+def _needs_snapshot(settings: RunSettings) -> bool:
+    """A missing slot, or a snapshot of this slot that did not complete, means (re)snapshot."""
+    import psycopg
+
+    from walspark.source.slots import get_slot
+    from walspark.spark.snapshot import read_record
+
+    record = read_record(settings.target)
+    if record is not None and record.slot == settings.slot and not record.complete:
+        return True
+    with psycopg.connect(settings.dsn, autocommit=True) as conn:
+        return get_slot(conn, settings.slot) is None
+
+
+def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> int:  # type: ignore[no-untyped-def]
+    """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt``."""
+    from pyspark.errors import StreamingQueryException
+
+    from walspark.spark import register
+    from walspark.spark.apply import ApplyChanges
+
+    register(spark)
+    if _needs_snapshot(settings):
+        from walspark.spark.snapshot import run_snapshot
+
+        result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target)
+        say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
+    sink = ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}").scd2(*settings.scd2)
+    starts = 0
+    while True:
+        starts += 1
+        options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
+                   "stagingPath": settings.staging, **settings.options}  # fmt: skip
+        if settings.max_rows_per_batch:
+            options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
+        changes = spark.readStream.format("pgoutput").options(**options).load()
+        writer = (
+            changes.writeStream.foreachBatch(sink.foreach_batch)
+            .option("checkpointLocation", settings.checkpoint)
+            .queryName(f"walspark-run-{settings.slot}")
+        )
+        writer = writer.trigger(availableNow=True) if settings.once else writer.trigger(
+            processingTime=f"{settings.trigger_seconds} seconds"
+        )
+        query = writer.start()
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
+                say("schema changed in the source: restarting the query with the new shape")
+                continue
+            raise
+        except KeyboardInterrupt:
+            say("stopping (the last batch completes or is replayed on the next run)")
+            query.stop()
+            return starts
+        return starts
+
+
+@cli.command("run")
+@click.option("--dsn", required=True, envvar="WALSPARK_DSN", help="Source database (libpq DSN or URI, or $WALSPARK_DSN).")
+@click.option("--publication", required=True, help="Publication whose tables are replicated.")
+@click.option("--slot", required=True, help="pgoutput slot; created (with the initial snapshot) if missing.")
+@click.option("--target", required=True, type=click.Path(file_okay=False), help="Folder of the Delta tables.")
+@click.option("--once", is_flag=True, help="Apply everything committed up to now, then exit 0 (availableNow).")
+@click.option("--scd2", multiple=True, metavar="SCHEMA.TABLE", help="Keep history (SCD2) for this table; repeatable.")
+@click.option("--app-id", default=None, help="Idempotence scope of the batches (default walspark-run/<slot>).")
+@click.option("--max-rows-per-batch", type=click.IntRange(1), default=None, help="Bound on change rows per batch.")
+@click.option("--trigger-seconds", type=click.FloatRange(0.1), default=1.0, show_default=True,
+              help="Micro-batch interval when streaming.")
+@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
+        max_rows_per_batch: int | None, trigger_seconds: float, master: str) -> None:  # fmt: skip
+    """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
+    from pyspark.sql import SparkSession
+
+    from walspark.cli.slots import _errors
+    from walspark.spark.session import spark_session
+
+    settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
+                           trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch)  # fmt: skip
+
+    def interrupt(signum, frame):  # type: ignore[no-untyped-def]  # SIGTERM stops like Ctrl-C
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    with _errors(dsn):
+        owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
+        spark = spark_session("walspark-run", master=master)
+        try:
+            run_pipeline(spark, settings, say=lambda text: click.echo(text, err=True))
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if owned:
+                spark.stop()
