@@ -134,6 +134,107 @@ def begin_in_snapshot(conn: Any, snapshot_name: str) -> None:
         conn.execute("SELECT set_config(%s, %s, true)", (name, value))
 
 
+COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+class CopyFormatError(ValueError):
+    """The binary COPY stream is not what PostgreSQL's format says (a bug, never user data)."""
+
+
+def strip_copy_header(first: bytes) -> bytes:
+    """The first CopyData of a binary COPY minus its header (signature, flags, extension)."""
+    if first[:11] != COPY_SIGNATURE or len(first) < 19:
+        raise CopyFormatError("binary COPY stream does not start with PostgreSQL's signature")
+    flags = int.from_bytes(first[11:15], "big")
+    if flags & 0x0001_0000:
+        raise CopyFormatError("binary COPY with OIDs is not supported")
+    ext = int.from_bytes(first[15:19], "big")
+    return first[19 + ext:]
+
+
+def split_rows(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
+    """Rows of a binary COPY (one CopyData per row, as PostgreSQL sends them) -> raw columns.
+
+    Why vectorised: a per-field Python loop costs about a microsecond per field, more than
+    everything else a task does. Every row is one message, so row boundaries are known without
+    parsing; the fields of one column are then located for all rows at once with numpy (read
+    the Int32 length at each row's cursor, advance every cursor), and each column's bytes are
+    gathered into an Arrow binary array (NULL where the length is -1). Each row's field count
+    and end are checked; any mismatch raises :class:`CopyFormatError` (and the caller falls
+    back to :func:`split_rows_slow`).
+    """
+    import numpy as np
+
+    n = len(chunks)
+    if n == 0:
+        return [pa.array([], type=pa.binary()) for _ in range(ncols)]
+    lengths = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+
+    def be(pos: np.ndarray, width: int) -> np.ndarray:
+        if width == 2:
+            return ((buf[pos].astype(np.int32) << 8) | buf[pos + 1]).astype(np.int16)
+        v = (buf[pos].astype(np.uint32) << 24) | (buf[pos + 1].astype(np.uint32) << 16) \
+            | (buf[pos + 2].astype(np.uint32) << 8) | buf[pos + 3]
+        return v.view(np.int32)
+
+    if np.any(lengths < 2) or np.any(be(starts, 2) != ncols):
+        raise CopyFormatError("a CopyData message is not exactly one row of the expected width")
+    pos = starts + 2
+    columns = []
+    for _ in range(ncols):
+        if np.any(pos + 4 > ends):
+            raise CopyFormatError("a field runs past its row")
+        lens = be(pos, 4).astype(np.int64)
+        valid = lens >= 0
+        size = np.where(valid, lens, 0)
+        first = pos + 4
+        pos = first + size
+        if np.any(pos > ends):
+            raise CopyFormatError("a field runs past its row")
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(size, out=offsets[1:])
+        total = int(offsets[-1])
+        if total:
+            idx = np.arange(total, dtype=np.int64) + np.repeat(first - offsets[:-1], size)
+            data = buf[idx]
+        else:
+            data = np.zeros(0, dtype=np.uint8)
+        nulls = n - int(valid.sum())
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+        offset_type, arrow_type = (np.int32, pa.binary()) if total < 2**31 else (np.int64, pa.large_binary())
+        columns.append(pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets.astype(offset_type)),
+                                                             pa.py_buffer(data)], null_count=nulls))
+    if np.any(pos != ends):
+        raise CopyFormatError("a row has bytes after its last field")
+    return columns
+
+
+def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
+    """The same as :func:`split_rows`, one field at a time over the joined bytes (any framing)."""
+    data = memoryview(b"".join(chunks))
+    cols: list[list[bytes | None]] = [[] for _ in range(ncols)]
+    pos, end = 0, len(data)
+    while pos < end:
+        count = int.from_bytes(data[pos:pos + 2], "big", signed=True)
+        pos += 2
+        if count == -1:
+            break
+        if count != ncols:
+            raise CopyFormatError(f"row with {count} fields, expected {ncols}")
+        for j in range(ncols):
+            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+            pos += 4
+            if size < 0:
+                cols[j].append(None)
+            else:
+                cols[j].append(bytes(data[pos:pos + size]))
+                pos += size
+    return [pa.array(c, type=pa.binary()) for c in cols]
+
+
 class _Decoder:
     """Column-wise decoding of rows of raw field values into Arrow record batches."""
 
@@ -149,9 +250,19 @@ class _Decoder:
         self.schema = arrow_schema(plan.columns, registry, binary=plan.binary)
         self.as_text = [not plan.binary or oid in TEXT_TRANSFER_TYPES for _, oid, _ in plan.columns]
 
-    def batch(self, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    def batch_from_copy(self, chunks: list[bytes]) -> pa.RecordBatch:
+        """One batch from binary COPY messages (one row each)."""
+        try:
+            raw = split_rows(chunks, len(self.names))
+        except CopyFormatError:
+            raw = split_rows_slow(chunks, len(self.names))
+        return self.batch(None, columns=[r.to_pylist() for r in raw])
+
+    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[list[Any]] | None = None) -> pa.RecordBatch:
+        """Decode rows (text COPY) or columns of raw values (binary COPY) with the codecs."""
         arrays = []
-        for j, (codec, values) in enumerate(zip(self.codecs, zip(*rows), strict=True)):
+        cols = columns if columns is not None else list(zip(*rows)) if rows else [[] for _ in self.names]
+        for j, (codec, values) in enumerate(zip(self.codecs, cols, strict=True)):
             if not self.binary:
                 arr = codec.arrow_from_text([None if v is None else v.encode() for v in values])
             elif self.as_text[j]:
@@ -186,15 +297,32 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
             begin_in_snapshot(conn, plan.snapshot_name)
             with conn.cursor() as cur, cur.copy(query) as copy:
                 if plan.binary:
-                    copy.set_types(["bytea"] * len(decoder.names))
-                rows: list[tuple[Any, ...]] = []
-                for row in copy.rows():
-                    rows.append(row)
-                    if len(rows) >= batch_rows:
+                    chunks: list[bytes] = []
+                    header = True
+                    for chunk in copy:
+                        data = bytes(chunk)
+                        if header:
+                            header = False
+                            data = strip_copy_header(data)
+                            if not data:
+                                continue
+                        if data == b"\xff\xff":  # the trailer; the stream ends right after it
+                            continue
+                        chunks.append(data)
+                        if len(chunks) >= batch_rows:
+                            yield decoder.batch_from_copy(chunks)
+                            chunks = []
+                    if chunks:
+                        yield decoder.batch_from_copy(chunks)
+                else:
+                    rows: list[tuple[Any, ...]] = []
+                    for row in copy.rows():
+                        rows.append(row)
+                        if len(rows) >= batch_rows:
+                            yield decoder.batch(rows)
+                            rows = []
+                    if rows:
                         yield decoder.batch(rows)
-                        rows = []
-                if rows:
-                    yield decoder.batch(rows)
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise error_from_exception(
