@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -235,6 +236,80 @@ def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]
     return [pa.array(c, type=pa.binary()) for c in cols]
 
 
+#: Fixed-width binary forms converted straight from the COPY bytes with numpy (type OID ->
+#: big-endian dtype, days/microseconds to add to move PostgreSQL's 2000-01-01 epoch to 1970's,
+#: and the ±infinity sentinels that send the column to the codec's per-value policy instead).
+_DAYS_2000 = 10_957
+_FIXED: dict[int, tuple[str, int, tuple[int, ...]]] = {
+    16: ("u1", 0, ()),            # bool
+    21: (">i2", 0, ()),           # int2
+    23: (">i4", 0, ()),           # int4
+    20: (">i8", 0, ()),           # int8
+    700: (">f4", 0, ()),          # float4
+    701: (">f8", 0, ()),          # float8
+    1082: (">i4", _DAYS_2000, (-(2**31), 2**31 - 1)),                     # date
+    1114: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),    # timestamp
+    1184: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),    # timestamptz
+}
+
+
+def fixed_width_array(raw: pa.BinaryArray, oid: int, arrow_type: pa.DataType) -> pa.Array | None:
+    """A fixed-width column straight from its binary COPY bytes, or None to use the codec.
+
+    Why: the codecs take a Python list of values; for the common fixed-width types the bytes of
+    the non-NULL values already sit back to back in the binary array's data buffer, so one
+    numpy view does the whole column. Declines (None) on anything unusual — a wrong width,
+    ±infinity sentinels, an overflow, an Arrow type the codec chose differently — and the
+    codec then applies its exact per-value rules.
+    """
+    import numpy as np
+
+    spec = _FIXED.get(oid)
+    if spec is None:
+        return None
+    dtype, shift, sentinels = spec
+    width = np.dtype(dtype).itemsize
+    n = len(raw)
+    valid_count = n - raw.null_count
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int32, count=n + 1, offset=raw.offset * 4)
+    if int(offsets[-1] - offsets[0]) != valid_count * width:
+        return None
+    sizes = np.diff(offsets)
+    if raw.null_count:
+        valid = raw.is_valid().to_numpy(zero_copy_only=False)
+        if np.any(sizes[valid] != width):
+            return None
+    elif np.any(sizes != width):
+        return None
+    data = raw.buffers()[2]
+    values = np.frombuffer(data, dtype=dtype, count=valid_count, offset=int(offsets[0])) if valid_count else \
+        np.zeros(0, dtype=dtype)
+    if sentinels and valid_count and (values.min() in sentinels or values.max() in sentinels):
+        return None
+    values = values.astype(values.dtype.newbyteorder("="))
+    if raw.null_count:
+        full = np.zeros(n, dtype=values.dtype)
+        full[valid] = values
+        mask = ~valid
+    else:
+        full, mask = values, None
+    try:
+        if oid == 16:
+            arr = pa.array(full != 0, mask=mask, type=pa.bool_())
+        elif shift:
+            base = pa.array(full, mask=mask)
+            arr = pa.compute.add_checked(base, pa.scalar(shift, base.type))
+            storage = pa.int32() if oid == 1082 else pa.int64()
+            arr = arr.cast(storage).view(arrow_type) if arrow_type.bit_width == storage.bit_width else None
+        else:
+            arr = pa.array(full, mask=mask)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        return None
+    if arr is None or arr.type != arrow_type:
+        return None
+    return arr
+
+
 class _Decoder:
     """Column-wise decoding of rows of raw field values into Arrow record batches."""
 
@@ -256,14 +331,25 @@ class _Decoder:
             raw = split_rows(chunks, len(self.names))
         except CopyFormatError:
             raw = split_rows_slow(chunks, len(self.names))
-        return self.batch(None, columns=[r.to_pylist() for r in raw])
+        done: dict[int, pa.Array] = {}
+        for j, (codec, r) in enumerate(zip(self.codecs, raw)):
+            if not self.as_text[j]:
+                arr = fixed_width_array(r, codec.oid, codec.arrow_type)
+                if arr is not None:
+                    done[j] = arr
+        return self.batch(None, columns=[None if j in done else r.to_pylist() for j, r in enumerate(raw)],
+                          ready=done)
 
-    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[list[Any]] | None = None) -> pa.RecordBatch:
+    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[list[Any] | None] | None = None,
+              ready: dict[int, pa.Array] | None = None) -> pa.RecordBatch:
         """Decode rows (text COPY) or columns of raw values (binary COPY) with the codecs."""
         arrays = []
+        ready = ready or {}
         cols = columns if columns is not None else list(zip(*rows)) if rows else [[] for _ in self.names]
         for j, (codec, values) in enumerate(zip(self.codecs, cols, strict=True)):
-            if not self.binary:
+            if j in ready:
+                arr = ready[j]
+            elif not self.binary:
                 arr = codec.arrow_from_text([None if v is None else v.encode() for v in values])
             elif self.as_text[j]:
                 arr = codec.arrow_from_text(values)
