@@ -39,6 +39,7 @@ values by position, never by splicing names into string literals.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import operator
 from collections.abc import Iterable, Sequence
@@ -367,7 +368,6 @@ def resolve_from_moved_keys(target: TargetTable, folded: DataFrame, names: Seque
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    folded = folded.persist()
     from_batch = _fill_from(folded, folded, names, len(keys), "b")
     current = DeltaTable.forPath(target.spark, target.path).toDF()
     current = current.select(
@@ -664,10 +664,10 @@ def apply_changes(
         if missing:
             raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
         tgt = TargetTable(spark, path, f"{schema}.{name}")
-        note = f'{{"app_id": {app_id!r}, "batch_id": {batch_id}, "commit_lsn": {facts.max_commit_lsn}}}'
+        note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
         # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
         dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else ())
-        with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note.replace("'", '"')):
+        with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note):
             if mode == "scd1":
                 _apply_scd1(tgt, rows, facts, fields, dropped)
             else:
@@ -753,6 +753,15 @@ class ApplyChanges:
 
     def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
         """Apply a per-table change batch (a ``foreachBatch`` function)."""
+        from pyspark.sql import functions as F
+
+        batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
+        try:
+            return self._apply_tables(batch_df, batch_id)
+        finally:
+            batch_df.unpersist()
+
+    def _apply_tables(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
         from pyspark.sql import functions as F
 
         tables = sorted((r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect())
