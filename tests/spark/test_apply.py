@@ -334,6 +334,24 @@ def test_schema_evolution_add_drop_widen_and_incompatible(source_factory, spark,
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == before
 
 
+@pytest.mark.parametrize(
+    ("source", "target", "expected"),
+    [
+        ("int", "int", None), ("bigint", "int", "bigint"), ("int", "bigint", None), ("double", "float", "double"),
+        ("decimal(12,2)", "decimal(10,2)", "decimal(12,2)"), ("decimal(10,4)", "decimal(10,2)", "decimal(12,4)"),
+        ("decimal(38,0)", "decimal(38,10)", False), ("int", "double", None), ("string", "int", False),
+        ("int", "string", False), ("date", "timestamp", False),
+    ],
+)
+def test_widening_rules(spark, source, target, expected):  # the parser needs a session
+    from pyspark.sql.types import _parse_datatype_string
+
+    from walspark.spark.apply import _widening
+
+    got = _widening(_parse_datatype_string(source), _parse_datatype_string(target))
+    assert (got if got in (None, False) else got.simpleString()) == expected
+
+
 # ---------------------------------------------------------------------------------------------
 # SCD2
 

@@ -36,10 +36,10 @@ def _canon(rows: list[dict], drop: tuple[str, ...] = ()) -> list[str]:
     return sorted(out)
 
 
-def _equal(spark, conn, target: str, table: str, path: str, drop: tuple[str, ...] = ()) -> None:
+def _equal(spark, conn, target: str, table: str, path: str, drop: tuple[str, ...] = (), where: str = "true") -> None:
     with conn.cursor(row_factory=dict_row) as cur:
         want = cur.execute(f"SELECT * FROM {table}").fetchall()
-    got = [r.asDict() for r in spark.read.format("delta").load(f"{target}/{path}").collect()]
+    got = [r.asDict() for r in spark.read.format("delta").load(f"{target}/{path}").where(where).collect()]
     assert _canon(got, drop) == _canon(want, drop)
 
 
@@ -48,7 +48,8 @@ def _run(target: str, dsn: str, *extra: str) -> None:
     from walspark.cli.main import cli
 
     result = CliRunner().invoke(
-        cli, ["run", "--dsn", dsn, "--publication", "pub", "--slot", "run_slot", "--target", target, "--once", *extra]
+        cli, ["run", "--dsn", dsn, "--publication", "pub", "--slot", "run_slot", "--target", target, "--once",
+              "--scd2", "public.Odd Table", *extra]
     )
     assert result.exit_code == 0, (result.output, result.exception)
 
@@ -77,7 +78,12 @@ def test_run_once_snapshot_then_changes_then_schema_change(spark, pg18_dsn, tmp_
         conn.execute("UPDATE bag SET b = 'c' WHERE ctid = (SELECT min(ctid) FROM bag)")
         _run(target, pg18_dsn)
         _equal(spark, conn, target, "shop_items", "public/shop_items")
-        _equal(spark, conn, target, '"Odd Table"', "public/Odd Table")
+        # SCD2 over the snapshot's copy: the current versions equal the source.
+        scd2 = ("__START_AT", "__END_AT")
+        _equal(spark, conn, target, '"Odd Table"', "public/Odd Table", scd2, where="__END_AT IS NULL")
+        odd = spark.read.format("delta").load(f"{target}/public/Odd Table").orderBy("Key", "__START_AT.lsn").collect()
+        assert [(r["Key"], r["a b"], r["__END_AT"] is None) for r in odd] == [
+            (1, "x", False), (1, "z", True), (2, "y", False)]
         _equal(spark, conn, target, "bag", "public/bag")
 
         conn.execute("ALTER TABLE shop_items ADD COLUMN note text")

@@ -488,9 +488,12 @@ class TargetTable:
             for name, dtype in widened:
                 log.warning("%s: widening column %r to %s", self.qualified, name, dtype.simpleString())
                 self.spark.sql(f"ALTER TABLE {self.sql_name} ALTER COLUMN {quote(name)} TYPE {dtype.simpleString()}")
-        if added:
-            log.warning("%s: adding columns %s", self.qualified, [f.name for f in added])
-            cols = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in added)
+        # Validity columns too: an SCD2 table may start from a snapshot's plain copy.
+        new_cols = [(f.name, f.dataType.simpleString()) for f in added]
+        new_cols += [(name, ddl) for name, ddl in extra_ddl if name not in current]
+        if new_cols:
+            log.warning("%s: adding columns %s", self.qualified, [name for name, _ in new_cols])
+            cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in new_cols)
             self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
         extra = {name for name, _ in extra_ddl}
         present = {f.name for f in fields}
