@@ -10,7 +10,8 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
    and the Delta table written — the whole thing, wall clock.
 
 Spark's one-off start-up (JVM, Delta's first use) is paid by a warm-up snapshot of a tiny table
-before the timed run, since a long-running pipeline pays it once. Prints a table with rows/s,
+(several tasks, so every Python worker is started) before the timed run, since a long-running
+pipeline pays it once. Prints a table with rows/s,
 task count and the ratio.
 """
 
@@ -46,7 +47,7 @@ def main() -> None:
                          " (g %% 100000) / 100.0 FROM generate_series(1, %s) g", (args.rows,))
             conn.execute("VACUUM ANALYZE big")
             conn.execute("CREATE TABLE warm (id int PRIMARY KEY)")
-            conn.execute("INSERT INTO warm VALUES (1)")
+            conn.execute("INSERT INTO warm SELECT generate_series(1, 20000)")
             conn.execute("CREATE PUBLICATION pub FOR TABLE big")
             conn.execute("CREATE PUBLICATION warmup FOR TABLE warm")
             pages = conn.execute("SELECT pg_relation_size('big') / 8192").fetchone()[0]
@@ -60,7 +61,8 @@ def main() -> None:
             copy_seconds = time.monotonic() - started
 
         spark = spark_session("walspark-bench-snapshot", master=args.master)
-        run_snapshot(spark, dsn, "warmup", "warmup", os.path.join(tmp, "warm"))
+        # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
+        run_snapshot(spark, dsn, "warmup", "warmup", os.path.join(tmp, "warm"), partition_pages=4)
         started = time.monotonic()
         result = run_snapshot(spark, dsn, "pub", "bench", os.path.join(tmp, "target"),
                               partition_rows=args.partition_rows or DEFAULT_PARTITION_ROWS)

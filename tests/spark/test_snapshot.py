@@ -237,7 +237,8 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
         conn.execute("CREATE TABLE b (id int PRIMARY KEY, x text)")
         conn.execute("INSERT INTO a SELECT g, 'a' || g FROM generate_series(1, 5000) g")
         conn.execute("INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 5000) g")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE a, b")
+        conn.execute("CREATE TABLE e (id int PRIMARY KEY, x text)")  # empty: one task, an empty Delta table
+        conn.execute("CREATE PUBLICATION pub FOR TABLE a, b, e")
         with pytest.raises(Exception, match="fails on purpose"):
             run_snapshot(spark, pg18_dsn, "pub", "snap_fail", str(tmp_path), partition_pages=4,
                          fail_partition=("public.b", 3))
@@ -251,7 +252,8 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
         assert get_slot(conn, "snap_fail").confirmed_flush_lsn == result.consistent_point
     assert read_record(str(tmp_path)).complete
     counts = {t.table: t.rows for t in result.tables}
-    assert counts == {"a": 5000, "b": 5001}
+    assert counts == {"a": 5000, "b": 5001, "e": 0}
+    assert spark.read.format("delta").load(str(tmp_path / "public" / "e")).columns == ["id", "x"]
     b = spark.read.format("delta").load(str(tmp_path / "public" / "b"))
     assert b.count() == 5001 and b.where("id = 5001").first()["x"] == "late"
     # A second run sees the complete record and does nothing.
