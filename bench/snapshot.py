@@ -7,7 +7,9 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
    byte into the client (no decoding) — the fastest one connection can pull the table;
 2. **walspark snapshot**: :func:`walspark.spark.snapshot.run_snapshot` on Spark ``local[*]``:
    slot creation with an exported snapshot, CTID-range tasks (binary COPY + decoding into Arrow),
-   and the Delta table written — the whole thing, wall clock.
+   and the Delta table written — the whole thing, wall clock;
+3. **walspark read only**: the same tasks into Spark's ``noop`` sink (read + decode, no Delta),
+   to show what the copy itself costs apart from writing Parquet/Delta.
 
 Spark's one-off start-up (JVM, Delta's first use) is paid by a warm-up snapshot of a tiny table
 (several tasks, so every Python worker is started) before the timed run, since a long-running
@@ -21,6 +23,28 @@ import argparse
 import os
 import tempfile
 import time
+
+
+def read_only(spark, dsn: str, partition_rows: int) -> float:  # noqa: ANN001
+    """The same CTID-range tasks into Spark's ``noop`` sink: read + decode without Delta."""
+    import psycopg
+
+    from walspark.spark.snapshot import plan_partitions, publication_tables
+    from walspark.spark.snapshot_source import SnapshotSourcePlan, register
+
+    register(spark)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        [plan] = publication_tables(conn, "pub")
+        plan_partitions(plan, parallelism=spark.sparkContext.defaultParallelism, partition_rows=partition_rows)
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        name = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        source = SnapshotSourcePlan(dsn, name, plan.columns, plan.binary, plan.ranges)
+        started = time.monotonic()
+        spark.read.format("pgsnapshot").option("plan", source.to_json()).load().write.format("noop").mode(
+            "overwrite").save()
+        seconds = time.monotonic() - started
+        conn.execute("COMMIT")
+    return seconds
 
 
 def main() -> None:
@@ -69,6 +93,7 @@ def main() -> None:
         snap_seconds = time.monotonic() - started
         [table] = result.tables
         assert table.rows == args.rows, (table.rows, args.rows)
+        read_seconds = read_only(spark, dsn, args.partition_rows or DEFAULT_PARTITION_ROWS)
         cores = spark.sparkContext.defaultParallelism
         spark.stop()
 
@@ -81,6 +106,8 @@ def main() -> None:
     print(f"{'single-stream COPY TO STDOUT (binary, read only)':<48} {1:>6} {copy_seconds:>9.2f} {copy_rate:>12,.0f}")
     print(f"{'walspark parallel snapshot (decode + Delta)':<48} {table.tasks:>6} {snap_seconds:>9.2f} "
           f"{snap_rate:>12,.0f}")
+    print(f"{'walspark parallel read only (decode, noop sink)':<48} {table.tasks:>6} {read_seconds:>9.2f} "
+          f"{args.rows / read_seconds:>12,.0f}")
     print(f"ratio snapshot / COPY: {snap_rate / copy_rate:.2f}x   (COPY read {nbytes / 1e6:,.0f} MB)")
 
 
