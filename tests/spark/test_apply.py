@@ -411,3 +411,13 @@ def test_scd2_history_of_one_key(source_factory, spark, tmp_path):
     assert [r["v"] for r in two] == ["other", "w", "after"]
     assert two[0][END_AT]["lsn"] == two[1][START_AT]["lsn"] < two[1][END_AT]["lsn"] < two[2][START_AT]["lsn"]
     assert spark.read.format("delta").load(path).where(f"id = 1 AND {END_AT} IS NULL").count() == 0
+    # Key changes keep the TOASTed value: from the target's row, and from a row of the same batch.
+    txn("INSERT INTO h VALUES (3, 'k', %s)", params=(big,))
+    src.apply(target, sink)
+    txn("UPDATE h SET id = 4 WHERE id = 3")
+    txn("INSERT INTO h VALUES (5, 'k', %s)", params=(big[::-1],))
+    txn("UPDATE h SET id = 6 WHERE id = 5")
+    txn("UPDATE h SET v = 'k2' WHERE id = 6")
+    src.apply(target, sink)
+    now = {r["id"]: r for r in spark.read.format("delta").load(path).where(f"{END_AT} IS NULL").collect()}
+    assert now[4]["big"] == big and now[6]["big"] == big[::-1] and now[6]["v"] == "k2" and 3 not in now

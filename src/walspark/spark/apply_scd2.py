@@ -13,7 +13,7 @@ it. ``__END_AT`` is null on the current version. The interval is half-open:
   closes the old key's version and opens one under the new key.
 - TRUNCATE closes every version current at that point (at the truncate's commit).
 - Unchanged TOAST values come from the previous version of the key in the batch, else from the
-  target's current version.
+  target's current version; after a key change, from the old key's (batch, else target).
 
 The whole batch is one MERGE: "close" rows (one per key whose current version this batch
 replaces: matched on key and ``__END_AT IS NULL``) and "insert" rows (every new version, with
@@ -64,6 +64,56 @@ def _segment(truncates: Sequence) -> Column:
     return functools.reduce(operator.add, [F.when(lsn_literal_order(t.commit_lsn, t.seq), 1).otherwise(0) for t in truncates])
 
 
+def carried_col(i: int) -> str:
+    """Name of the i-th carried value (``struct<v>``, null where the change does not carry it)."""
+    return f"{_P}c{i}"
+
+
+def _carry_across_key_changes(changes: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: TargetTable) -> DataFrame:
+    """An update that changed the key carries, for its unchanged-TOAST columns, the old key's values.
+
+    They are the old key's values just before the change — the running values at its departure
+    row in this batch — else the target's current version of the old key. Done before the
+    per-key running window, so every later version of the new key inherits them.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    nkeys = len(facts.keys)
+    keys = [key_column(i) for i in range(nkeys)]
+    carried = [carried_col(i) for i in range(len(names))]
+    running = Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    departures = changes.select(
+        *keys, "_commit_lsn", "_seq", f"{_P}sub", *[F.last(c, ignorenulls=True).over(running).alias(c) for c in carried]
+    ).where(F.col(f"{_P}sub") == 0)
+    departures = departures.select(
+        *[F.col(k).alias(f"{_P}d{i}") for i, k in enumerate(keys)],
+        F.col("_commit_lsn").alias(f"{_P}dlsn"), F.col("_seq").alias(f"{_P}dseq"),
+        *[F.col(c).alias(f"{_P}d{c}") for c in carried],
+    )  # fmt: skip
+    current = DeltaTable.forPath(tgt.spark, tgt.path).toDF().where(F.col(END_AT).isNull())
+    present = set(current.columns)
+    current = current.select(
+        *[F.col(quote(k)).alias(f"{_P}o{i}") for i, k in enumerate(facts.keys)],
+        *[F.struct(F.col(quote(c)).alias("v")).alias(f"{_P}o{carried[i]}") for i, c in enumerate(names) if c in present],
+    )
+    moves = changes.where(F.col(f"{_P}from").isNotNull())
+    old_key = [F.col(f"{_P}from").getField(f"k{i}") for i in range(nkeys)]
+    moves = moves.join(
+        departures,
+        functools.reduce(operator.and_, [o.eqNullSafe(F.col(f"{_P}d{i}")) for i, o in enumerate(old_key)])
+        & (F.col("_commit_lsn") == F.col(f"{_P}dlsn")) & (F.col("_seq") == F.col(f"{_P}dseq")),
+        "left",
+    ).join(current, functools.reduce(operator.and_, [o.eqNullSafe(F.col(f"{_P}o{i}")) for i, o in enumerate(old_key)]), "left")
+    filled = [
+        F.coalesce(F.col(c), F.col(f"{_P}d{c}"), *([F.col(f"{_P}o{c}")] if f"{_P}o{c}" in moves.columns else [])).alias(c)
+        for c in carried
+    ]
+    others = [c for c in changes.columns if c not in set(carried)]
+    moves = moves.select(*others, *filled)
+    return changes.where(F.col(f"{_P}from").isNull()).unionByName(moves)
+
+
 def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: TargetTable) -> DataFrame:
     """One row per key per transaction (per truncate segment) with its values and validity."""
     from pyspark.sql import Window
@@ -71,10 +121,17 @@ def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: Targ
 
     keys = [key_column(i) for i in range(len(facts.keys))]
     changes = keyed_changes(rows, facts.keys).withColumn(f"{_P}seg", _segment(facts.truncates))
+    carried = [carried_col(i) for i in range(len(names))]
+    changes = changes.select(
+        *keys, "_op", "_commit_lsn", "_commit_time", "_seq", f"{_P}sub", f"{_P}seg", f"{_P}from",
+        *[carried_value(c).alias(carried[i]) for i, c in enumerate(names)],
+    )  # fmt: skip
+    if facts.moved_unchanged:
+        changes = _carry_across_key_changes(changes, facts, names, tgt)
     running = Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     changes = changes.select(
         *keys, "_op", "_commit_lsn", "_commit_time", "_seq", f"{_P}sub", f"{_P}seg",
-        *[F.last(carried_value(c), ignorenulls=True).over(running).alias(value_column(i)) for i, c in enumerate(names)],
+        *[F.last(carried[i], ignorenulls=True).over(running).alias(value_column(i)) for i in range(len(names))],
     )  # fmt: skip
     per_txn = Window.partitionBy(*keys, "_commit_lsn", f"{_P}seg").orderBy(F.desc("_seq"), F.desc(f"{_P}sub"))
     last = changes.withColumn(f"{_P}rn", F.row_number().over(per_txn)).where(F.col(f"{_P}rn") == 1)
