@@ -40,6 +40,7 @@ progress mark (``_walspark/progress``, commit LSN) set to C does exactly that fi
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime
 import json
@@ -583,7 +584,7 @@ def _plan_in_snapshot(dsn: str, snapshot_name: str, publication: str) -> tuple[l
 def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, target: str, *,
                  parallelism: int | None = None, progress: ProgressCallback | None = None,
                  partition_rows: int = DEFAULT_PARTITION_ROWS, partition_pages: int | None = None,
-                 redo: bool = False, two_phase: bool = False,
+                 redo: bool = False, two_phase: bool = False, table_concurrency: int = 4,
                  fail_partition: tuple[str, int] | None = None) -> SnapshotResult:
     """Create ``slot`` with an exported snapshot and copy every table of ``publication`` into ``target``.
 
@@ -592,6 +593,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
 
     ``parallelism`` is the number of tasks a big table is at least split into (default: Spark's
     default parallelism); ``partition_rows`` / ``partition_pages`` size the CTID ranges.
+    ``table_concurrency`` tables are copied at the same time (each its own Spark job).
     ``fail_partition=("schema.table", i)`` is a test hook: task ``i`` of that table raises.
     See the module docstring for the restart rules and ``redo``.
     """
@@ -632,13 +634,26 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
             log.info("slot %s consistent point %s, snapshot %s", slot, format_lsn(consistent_point),
                      exported.snapshot_name)
             plans, catalog = _plan_in_snapshot(dsn, exported.snapshot_name, publication)
-            for plan in plans:
+            snapshot_name = exported.snapshot_name
+
+            def copy(plan: TablePlan) -> TableSnapshot:
                 plan_partitions(plan, parallelism=parallelism, partition_rows=partition_rows,
                                 partition_pages=partition_pages)
                 fail = fail_partition[1] if fail_partition and fail_partition[0] == plan.qualified else None
-                written.append(write_table(spark, dsn, exported.snapshot_name, plan,
-                                           table_path(target, plan.schema, plan.table), catalog=catalog,
-                                           progress=progress, fail_partition=fail))
+                return write_table(spark, dsn, snapshot_name, plan, table_path(target, plan.schema, plan.table),
+                                   catalog=catalog, progress=progress, fail_partition=fail)
+
+            # Tables run as concurrent Spark jobs (a thread each, up to table_concurrency): a small
+            # table is one task, so one at a time would leave the other cores idle.
+            workers = max(1, min(table_concurrency, len(plans)))
+            with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="walspark-snapshot") as pool:
+                futures = [pool.submit(copy, plan) for plan in plans]
+                try:
+                    written.extend(f.result() for f in futures)
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
             exported.close()  # the snapshot is no longer needed: release it before the bookkeeping
     except BaseException:
         # Best effort: a slot left behind retains WAL. A crash that skips this is handled by the
