@@ -349,3 +349,32 @@ def test_fixed_width_path_matches_codecs(pg18_dsn: str) -> None:
                         storage = pa.int32() if pa.types.is_date32(fast.type) else pa.int64()
                         fast, expected = fast.cast(storage), expected.cast(storage)
                     assert [repr(v) for v in fast.to_pylist()] == [repr(v) for v in expected.to_pylist()], name
+
+
+def test_columns_are_the_published_ones(spark, pg18_dsn: str, tmp_path: Path) -> None:
+    """Column lists and generated columns: the snapshot has exactly the columns pgoutput streams."""
+    with _conn(pg18_dsn) as conn:
+        conn.execute("CREATE TABLE g (id int PRIMARY KEY, a int, secret text,"
+                     " twice int GENERATED ALWAYS AS (a * 2) STORED)")
+        conn.execute("INSERT INTO g (id, a, secret) SELECT g, g, 'x' FROM generate_series(1, 50) g")
+        conn.execute("CREATE PUBLICATION plain FOR TABLE g")
+        conn.execute("CREATE PUBLICATION listed FOR TABLE g (id, a)")
+        conn.execute("CREATE PUBLICATION gen FOR TABLE g WITH (publish_generated_columns = stored)")
+        cols = {}
+        for pub in ("plain", "listed", "gen"):
+            result = run_snapshot(spark, pg18_dsn, pub, f"snap_{pub}", str(tmp_path / pub))
+            cols[pub] = spark.read.format("delta").load(result.tables[0].path).columns
+    assert cols == {"plain": ["id", "a", "secret"], "listed": ["id", "a"], "gen": ["id", "a", "secret", "twice"]}
+
+
+def test_snapshot_on_postgresql_15(spark, pg15_dsn: str, tmp_path: Path) -> None:
+    with _conn(pg15_dsn) as conn:
+        conn.execute("CREATE TABLE v (id int PRIMARY KEY, n numeric, t timestamptz)")
+        conn.execute("INSERT INTO v SELECT g, g / 3.0, TIMESTAMPTZ '2001-01-01' + g * INTERVAL '1h'"
+                     " FROM generate_series(1, 4000) g")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE v")
+        result = run_snapshot(spark, pg15_dsn, "pub", "snap15", str(tmp_path), partition_pages=5)
+        assert get_slot(conn, "snap15").confirmed_flush_lsn == result.consistent_point
+        expected = _expected_arrow(conn, "public", "v", "id")
+    assert result.tables[0].tasks > 1
+    _same(_delta_arrow(spark, result.tables[0].path, "id"), expected)
