@@ -768,7 +768,8 @@ class ApplyChanges:
         from pyspark.sql import functions as F
 
         tables = sorted((r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect())
-        results = []
+        results: list[ApplyResult] = []
+        failed: list[str] = []
         per_table = "_old" in batch_df.columns
         for schema, table in tables:
             options = self.options_for(schema, table)
@@ -778,12 +779,20 @@ class ApplyChanges:
                 part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == table))
             else:
                 part = batch_df
-            result = apply_changes(
-                part, batch_id, target=self.target, table=(schema, table), keys=options.keys,
-                mode=options.mode, app_id=self._app_id,
-            )  # fmt: skip
+            try:
+                result = apply_changes(
+                    part, batch_id, target=self.target, table=(schema, table), keys=options.keys,
+                    mode=options.mode, app_id=self._app_id,
+                )  # fmt: skip
+            except SchemaEvolutionError as exc:
+                # The other tables still get this batch (each commit is idempotent); the batch
+                # then fails so the stream does not move past the table that could not follow.
+                failed.append(str(exc))
+                continue
             if result is not None:
                 results.append(result)
+        if failed:
+            raise SchemaEvolutionError("; ".join(failed))
         return results
 
     __call__ = foreach_batch
