@@ -91,7 +91,7 @@ class SourceOptions:
     segment_max_rows: int = 50_000
     segment_max_bytes: int = 64 << 20
     segment_max_delay_ms: int = 200
-    partition_rows: int = 200_000
+    partition_rows: int = 100_000
     num_partitions: int | None = None
     memory_budget: int = 256 << 20
     batch_rows: int = 32_768
@@ -131,7 +131,7 @@ class SourceOptions:
             segment_max_rows=_int(opts, "segmentmaxrows", 50_000),  # type: ignore[arg-type]
             segment_max_bytes=_int(opts, "segmentmaxbytes", 64 << 20),  # type: ignore[arg-type]
             segment_max_delay_ms=_int(opts, "segmentmaxdelayms", 200, minimum=0),  # type: ignore[arg-type]
-            partition_rows=_int(opts, "partitionrows", 200_000),  # type: ignore[arg-type]
+            partition_rows=_int(opts, "partitionrows", 100_000),  # type: ignore[arg-type]
             num_partitions=_int(opts, "numpartitions", None),
             memory_budget=_int(opts, "memorybudget", 256 << 20),  # type: ignore[arg-type]
             batch_rows=_int(opts, "batchrows", 32_768),  # type: ignore[arg-type]

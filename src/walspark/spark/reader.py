@@ -86,7 +86,7 @@ def _first_bytes(data: pa.BinaryArray) -> np.ndarray:
     return raw[np.minimum(starts, len(raw) - 1)]
 
 
-def plan_capture(path: str, *, partition_rows: int = 200_000, num_partitions: int | None = None) -> CapturePlan:
+def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: int | None = None) -> CapturePlan:
     """One pass over a capture: safe cut points, preludes, and each table's merged shape."""
     capture = CaptureFile(path)
     info = capture.info
