@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from walspark.capture import CaptureInfo, write_capture
+from walspark.capture import CaptureFile, CaptureInfo, write_capture
 from walspark.source.sqlinterface import slot_changes
 
 from .support import Workload, per_table, slot_confirmed
@@ -29,8 +29,11 @@ def _rows(df, table: str | None = None):
         else:
             name = f"{r['_schema']}.{r['_table']}"
             new, old = r[name], r[name + ":old"]
-        out.append((r["_table"], r["_op"], old[key], None) if r["_op"] == "D"
-                   else (r["_table"], r["_op"], new[key], new["seq"]))
+        if r["_op"] == "T":
+            out.append((r["_table"], "T", None, None))
+        else:
+            out.append((r["_table"], r["_op"], old[key], None) if r["_op"] == "D"
+                       else (r["_table"], r["_op"], new[key], new["seq"]))
     return out
 
 
@@ -71,6 +74,10 @@ def test_capture_is_read_in_parallel_partitions_with_every_change_once(spark, so
     single = spark.read.format("pgoutput").option("numPartitions", "1").load(str(capture))
     assert single.rdd.getNumPartitions() == 1
     assert sorted(map(str, _rows(single))) == sorted(map(str, got))
+    ipc_capture = tmp_path / "c.arrow"  # the same capture as Arrow IPC
+    write_capture(ipc_capture, CaptureFile(capture), CaptureFile(capture).info)
+    as_ipc = spark.read.format("pgoutput").option("numPartitions", "3").load(str(ipc_capture))
+    assert as_ipc.rdd.getNumPartitions() >= 2 and _rows(as_ipc) == got  # cuts only where no transaction is open
 
     acct = spark.read.format("pgoutput").option("table", "public.acct").load(str(capture))
     assert acct.schema["balance"].dataType == T.DecimalType(12, 2)
@@ -87,11 +94,24 @@ def test_capture_is_read_in_parallel_partitions_with_every_change_once(spark, so
 def test_peek_reads_the_slot_without_consuming_it(spark, source_dsn):
     work = Workload(source_dsn)
     work.run(40)
+    with psycopg.connect(source_dsn, autocommit=True) as conn:  # user types come from the catalog
+        conn.execute("CREATE TYPE mood AS ENUM ('ok', 'sad')")
+        conn.execute("CREATE DOMAIN posint AS int CHECK (VALUE > 0)")
+        conn.execute("CREATE TABLE feel (id posint PRIMARY KEY, m mood, ms mood[])")
+        conn.execute("ALTER PUBLICATION pub ADD TABLE feel")
+        conn.execute("INSERT INTO feel VALUES (7, 'sad', ARRAY['ok', 'sad']::mood[])")
+        conn.execute("TRUNCATE ev")
     before = slot_confirmed(source_dsn)
     reader = spark.read.format("pgoutput").options(dsn=source_dsn, slot="s", publication="pub", peek="true")
     df = reader.load()
-    assert df.schema.fieldNames()[-4:] == ["public.acct", "public.acct:old", "public.ev", "public.ev:old"]
-    assert per_table(_rows(df)) == per_table(work.changes)
+    assert df.schema.fieldNames()[-6:] == ["public.acct", "public.acct:old", "public.ev", "public.ev:old",
+                                           "public.feel", "public.feel:old"]
+    assert df.schema["public.feel"].dataType.simpleString() == "struct<id:int,m:string,ms:array<string>>"
+    got = per_table(_rows(df.where("_table <> 'feel'")))
+    assert got["acct"] == per_table(work.changes)["acct"]
+    assert got["ev"] == per_table(work.changes)["ev"] + [("T", None, None)]
+    feel = df.where("_table = 'feel'").select("`public.feel`.*").collect()
+    assert [r.asDict() for r in feel] == [{"id": 7, "m": "sad", "ms": ["ok", "sad"]}]
     acct = reader.option("table", "acct").load()
     assert acct.schema["seq"].dataType == T.LongType()
     assert per_table(_rows(acct, "acct"))["acct"] == per_table(work.changes)["acct"]

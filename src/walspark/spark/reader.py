@@ -21,7 +21,7 @@ to a file first and read that in parallel.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,9 +41,12 @@ from walspark.values import TypeRegistry, spark_schema
 
 from .decode import DecodeConfig, TaskDecoder
 from .options import SourceOptions
-from .schema import OutputLayout, TypeRegistration, merge_structs
+from .schema import OutputLayout, merge_structs
 
-__all__ = ["CapturePartition", "CapturePlan", "CaptureReader", "PeekPartition", "PeekReader", "plan_capture"]
+__all__ = [
+    "CapturePartition", "CapturePlan", "CaptureReader", "PeekPartition", "PeekReader", "capture_layout", "decode_rows",
+    "iter_capture_rows", "plan_capture",
+]
 
 _B, _C, _R, _Y, _O = (ord(c) for c in "BCRYO")
 _S, _E, _c, _A, _p = (ord(c) for c in "SEcAp")
@@ -181,27 +184,29 @@ def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: in
     return CapturePlan(config, total, tuple(partitions), tables)
 
 
+def _capture_chunks(path: str) -> Iterator[tuple[int, Callable[[], pa.Table | pa.RecordBatch]]]:
+    """(row count, loader) of each Parquet row group / IPC record batch, in file order."""
+    if Path(path).suffix in _IPC_SUFFIXES:
+        reader = ipc.open_file(pa.memory_map(path))
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)  # memory-mapped: no copy until sliced and converted
+            yield batch.num_rows, (lambda b=batch: b)
+    else:
+        parquet = pq.ParquetFile(path)
+        for g in range(parquet.metadata.num_row_groups):
+            yield (parquet.metadata.row_group(g).num_rows,
+                   lambda g=g: parquet.read_row_group(g, columns=["lsn", "data"]))
+
+
 def iter_capture_rows(path: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """``(lsn, data)`` of rows ``[start, end)``, reading only the row groups / batches around them."""
     offset = 0
-    if Path(path).suffix in _IPC_SUFFIXES:
-        reader = ipc.open_file(pa.memory_map(path))
-        pieces = ((reader.get_batch(i), None) for i in range(reader.num_record_batches))
-        sized = ((b.num_rows, (lambda b=b: b)) for b, _ in pieces)
-    else:
-        parquet = pq.ParquetFile(path)
-        meta = parquet.metadata
-        sized = ((meta.row_group(g).num_rows,
-                  (lambda g=g: parquet.read_row_group(g, columns=["lsn", "data"])))
-                 for g in range(meta.num_row_groups))
-    for n, load in sized:
+    for n, load in _capture_chunks(path):
         if offset >= end:
             break
         if offset + n > start:
-            chunk = load()
-            lo = max(start - offset, 0)
-            hi = min(end - offset, n)
-            chunk = chunk.slice(lo, hi - lo)
+            lo, hi = max(start - offset, 0), min(end - offset, n)
+            chunk = load().slice(lo, hi - lo)
             yield from zip(chunk.column("lsn").to_pylist(), chunk.column("data").to_pylist())
         offset += n
 
@@ -297,5 +302,3 @@ class PeekReader(DataSourceReader):
             yield from decode_rows(rows, decoder, streaming_parallel=partition.config.streaming_parallel,
                                    memory_budget=self.options.memory_budget)
 
-
-__all__ += ["TypeRegistration", "capture_layout", "decode_rows", "iter_capture_rows"]
