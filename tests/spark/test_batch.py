@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 from walspark.capture import CaptureFile, CaptureInfo, write_capture
 from walspark.source.sqlinterface import slot_changes
 
-from .support import Workload, per_table, slot_confirmed
+from .support import Workload, create_source, per_table, slot_confirmed
 
 pytestmark = pytest.mark.spark
 
@@ -118,3 +118,16 @@ def test_peek_reads_the_slot_without_consuming_it(spark, source_dsn):
     assert slot_confirmed(source_dsn) == before
     with pytest.raises(Exception, match="peek=true"):
         spark.read.format("pgoutput").options(dsn=source_dsn, slot="s", publication="pub").load().count()
+
+
+@pytest.mark.pg15
+def test_peek_on_postgresql_15_protocol_3(spark, pg15_dsn):
+    create_source(pg15_dsn)
+    with psycopg.connect(pg15_dsn, autocommit=True) as conn:
+        conn.execute("ALTER PUBLICATION pub SET TABLE acct (id, owner, seq), ev")  # a column list (15+)
+    work = Workload(pg15_dsn)
+    work.run(10)
+    acct = (spark.read.format("pgoutput").options(dsn=pg15_dsn, slot="s", publication="pub", peek="true")
+            .option("table", "acct").load())
+    assert acct.schema.fieldNames()[11:14] == ["id", "owner", "seq"]  # only the published columns
+    assert per_table(_rows(acct, "acct"))["acct"] == per_table(work.changes)["acct"]
