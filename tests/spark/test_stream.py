@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
 
 from .support import Workload, committed_end, current_lsn, sink_changes, slot_confirmed
 
@@ -128,3 +129,23 @@ def test_a_new_column_ends_the_stream_before_it_and_a_restart_picks_it_up(spark,
     rows = out.orderBy("_commit_lsn", "_seq").collect()
     assert len(rows) == len(acct_before) + 1
     assert rows[-1]["id"] == 1000 and rows[-1]["note"] == "hello"
+
+
+def test_a_transaction_larger_than_a_segment_is_staged_in_pieces_and_read_in_parallel(spark, source_dsn, tmp_path):
+    work = Workload(source_dsn)
+    work.run(3)
+    with psycopg.connect(source_dsn, autocommit=True) as conn:
+        conn.execute("SET logical_decoding_work_mem = '64kB'")  # streamed by the server too
+        with conn.transaction():
+            for _ in range(400):
+                work.txn(conn)
+    work.run(3)
+    df = _reader(spark, source_dsn, tmp_path / "staging", table="acct", binary="true", segmentMaxRows="500",
+                 maxRowsPerBatch="100").load()
+    query = _start(df, tmp_path, {"availableNow": True})
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    assert sink_changes(spark, tmp_path / "out", per_table="acct") == [c for c in work.changes if c[0] == "acct"]
+    big = spark.read.parquet(str(tmp_path / "out")).groupBy("_xid").agg(
+        F.count("*").alias("n"), F.min("_seq").alias("lo"), F.max("_seq").alias("hi")).orderBy(F.desc("n")).first()
+    assert big["n"] > 2000 and big["lo"] == 0  # positions in the whole transaction, across pieces
