@@ -131,7 +131,7 @@ def test_a_new_column_ends_the_stream_before_it_and_a_restart_picks_it_up(spark,
     assert rows[-1]["id"] == 1000 and rows[-1]["note"] == "hello"
 
 
-def test_a_transaction_larger_than_a_segment_is_staged_in_pieces_and_read_in_parallel(spark, source_dsn, tmp_path):
+def test_a_transaction_larger_than_a_segment_and_the_staging_budget_goes_through_in_pieces(spark, source_dsn, tmp_path):
     work = Workload(source_dsn)
     work.run(3)
     with psycopg.connect(source_dsn, autocommit=True) as conn:
@@ -140,10 +140,15 @@ def test_a_transaction_larger_than_a_segment_is_staged_in_pieces_and_read_in_par
             for _ in range(400):
                 work.txn(conn)
     work.run(3)
+    # a tiny staging budget: the stager pauses whenever Spark has something to consume, yet the big
+    # transaction (larger than the budget) still gets staged whole
     df = _reader(spark, source_dsn, tmp_path / "staging", table="acct", binary="true", segmentMaxRows="500",
-                 maxRowsPerBatch="100").load()
+                 maxRowsPerBatch="100", stagingMaxBytes="20000").load()
     query = _start(df, tmp_path, {"availableNow": True})
-    assert query.awaitTermination(300)
+    try:
+        assert query.awaitTermination(300)
+    finally:
+        query.stop()
     assert query.exception() is None
     assert sink_changes(spark, tmp_path / "out", per_table="acct") == [c for c in work.changes if c[0] == "acct"]
     big = spark.read.parquet(str(tmp_path / "out")).groupBy("_xid").agg(

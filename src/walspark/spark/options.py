@@ -28,7 +28,7 @@ _FALSE = ("false", "0", "no", "off")
 # key (lower case) -> documented spelling
 _KNOWN = {k.lower(): k for k in (
     "path", "dsn", "slot", "publication", "table", "peek", "stagingPath", "maxRowsPerBatch", "maxBytesPerBatch",
-    "protoVersion", "binary", "streaming", "segmentMaxRows", "segmentMaxBytes", "segmentMaxDelayMs",
+    "protoVersion", "binary", "streaming", "segmentMaxRows", "segmentMaxBytes", "segmentMaxDelayMs", "stagingMaxBytes",
     "partitionRows", "numPartitions", "memoryBudget", "batchRows", "slotWaitSeconds", "availableNowTimeoutSeconds",
     "statusIntervalSeconds",
 )}
@@ -91,6 +91,7 @@ class SourceOptions:
     segment_max_rows: int = 50_000
     segment_max_bytes: int = 64 << 20
     segment_max_delay_ms: int = 200
+    staging_max_bytes: int = 1 << 30
     partition_rows: int = 100_000
     num_partitions: int | None = None
     memory_budget: int = 256 << 20
@@ -131,6 +132,7 @@ class SourceOptions:
             segment_max_rows=_int(opts, "segmentmaxrows", 50_000),  # type: ignore[arg-type]
             segment_max_bytes=_int(opts, "segmentmaxbytes", 64 << 20),  # type: ignore[arg-type]
             segment_max_delay_ms=_int(opts, "segmentmaxdelayms", 200, minimum=0),  # type: ignore[arg-type]
+            staging_max_bytes=_int(opts, "stagingmaxbytes", 1 << 30),  # type: ignore[arg-type]
             partition_rows=_int(opts, "partitionrows", 100_000),  # type: ignore[arg-type]
             num_partitions=_int(opts, "numpartitions", None),
             memory_budget=_int(opts, "memorybudget", 256 << 20),  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ handed to Spark with ``spark.jars``, so no session ever resolves packages over t
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -85,7 +86,10 @@ def spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
+    # py4j logs a full traceback when a foreachBatch callback is interrupted by query.stop();
+    # the streaming query reports the failure itself.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     from walspark.spark import register  # the pgoutput data source
     register(spark)
     return spark

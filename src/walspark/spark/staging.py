@@ -90,6 +90,7 @@ class Stager:
         segment_max_rows: int = 50_000,
         segment_max_bytes: int = 64 << 20,
         segment_max_delay: float = 0.2,
+        staging_max_bytes: int = 1 << 30,
         memory_budget: int = 256 << 20,
         slot_wait_seconds: float = 60.0,
         status_interval: float = 1.0,
@@ -105,6 +106,7 @@ class Stager:
         self.segment_max_rows = segment_max_rows
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_delay = segment_max_delay
+        self.staging_max_bytes = staging_max_bytes
         self.memory_budget = memory_budget
         self.slot_wait_seconds = slot_wait_seconds
         self.status_interval = status_interval
@@ -115,7 +117,9 @@ class Stager:
         self._entries: list[TxnEntry] = []
         self._entry_ends: list[int] = []
         self._segments: list[SegmentName] = []
+        self._staged_bytes = 0
         self._staged_end = 0
+        self._offered = 0
         self._caught_up_to = 0
         self._failure: BaseException | None = None
         self._barrier: SchemaChangedError | None = None
@@ -178,6 +182,7 @@ class Stager:
         entries = list(iter_entries(segments))
         with self._cond:
             self._segments = segments
+            self._staged_bytes = sum(seg.path.stat().st_size for seg in segments)
             self._set_entries(entries)
             self._staged_end = entries[-1].end_lsn if entries else 0
         self._next_seq = segments[-1].seq + 1 if segments else 0
@@ -235,16 +240,28 @@ class Stager:
                     )
                 self._cond.wait(min(left, 1.0))
 
+    def offered(self, end: int) -> None:
+        """Spark planned a batch up to ``end`` (lets a paused stager go on once all is taken)."""
+        with self._cond:
+            if end > self._offered:
+                self._offered = end
+
     def set_target(self, target: int) -> None:
         """Trigger.AvailableNow: stage up to ``target`` promptly (segments flushed once it is passed)."""
         with self._cond:
             self._target = target
 
-    def wait_caught_up(self, target: int, timeout: float) -> None:
-        """Block until everything committed at or before ``target`` is staged (or staging stopped)."""
+    def wait_caught_up(self, target: int, timeout: float, *, start: int | None = None) -> None:
+        """Block until everything committed at or before ``target`` is staged (or staging stopped).
+
+        With ``start``, return as soon as a transaction ending after ``start`` is staged: there
+        is a batch to run meanwhile (and staging may be paused until Spark consumes it).
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._caught_up_to < target and self._barrier is None:
+                if start is not None and self._entry_ends and self._entry_ends[-1] > start:
+                    return
                 if self._failure is not None:
                     raise self._failure
                 left = deadline - time.monotonic()
@@ -262,8 +279,15 @@ class Stager:
             self._segments = [s for s in self._segments if s.last_end > end]
             i = bisect.bisect_right(self._entry_ends, end)
             self._set_entries(self._entries[i:])
+        freed = 0
         for seg in doomed:
-            seg.path.unlink(missing_ok=True)
+            try:
+                freed += seg.path.stat().st_size
+                seg.path.unlink()
+            except FileNotFoundError:
+                pass
+        with self._cond:
+            self._staged_bytes = max(0, self._staged_bytes - freed)
 
     # ------------------------------------------------------------------ the thread
 
@@ -284,6 +308,10 @@ class Stager:
             last_ping = last_housekeeping = 0.0
             clock = time.monotonic
             while not self._stop.is_set():
+                if self._backlogged():
+                    last_ping = self._housekeeping(stream, last_ping)
+                    self._stop.wait(0.05)  # Spark has work staged; the slot waits (heartbeats go on)
+                    continue
                 item = stream.read(0.05)
                 if item is None:
                     pass
@@ -321,6 +349,19 @@ class Stager:
             with self._cond:
                 self._streaming = False
                 self._cond.notify_all()
+
+    def _backlogged(self) -> bool:
+        """Staging is over its disk budget *and* Spark has staged transactions it has not taken yet.
+
+        "Not taken" rather than "not committed": Spark commits a batch only when it plans the
+        next one, so waiting for commits while Spark waits for data would deadlock. And never
+        pause while nothing is left to take: a transaction larger than the budget must still be
+        staged whole, or no batch could ever include it. The budget is therefore soft (it can be
+        exceeded by the last batch taken plus one transaction).
+        """
+        with self._cond:
+            return (self._staged_bytes > self.staging_max_bytes and bool(self._entry_ends)
+                    and self._entry_ends[-1] > self._offered)
 
     def _assembler(self) -> TransactionAssembler:
         return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
@@ -497,8 +538,10 @@ class Stager:
         name = write_segment(self.segment_dir, self._next_seq, batch, meta, first_end=first, last_end=last)
         self._next_seq += 1
         self.stats["segments"] += 1
+        size = name.path.stat().st_size
         with self._cond:
             self._segments.append(name)
+            self._staged_bytes += size
             if entries:
                 self._entries.extend(entries)
                 self._entry_ends.extend(e.end_lsn for e in entries)

@@ -96,6 +96,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 segment_max_rows=o.segment_max_rows,
                 segment_max_bytes=o.segment_max_bytes,
                 segment_max_delay=o.segment_max_delay_ms / 1000,
+                staging_max_bytes=o.staging_max_bytes,
                 memory_budget=o.memory_budget,
                 slot_wait_seconds=o.slot_wait_seconds,
                 status_interval=o.status_interval_seconds,
@@ -128,7 +129,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stager.check()
         begin = from_offset(start)
         if self._target is not None:
-            stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds)
+            stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds, start=begin)
         max_rows = max_bytes = None
         if isinstance(limit, ReadMaxRows):
             max_rows = limit.max_rows
@@ -137,6 +138,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = limit.max_bytes
         end = plan_end(stager.entries_after(begin), begin, max_rows=max_rows, max_bytes=max_bytes,
                        target=self._target)
+        stager.offered(end)
         if end == begin:
             barrier = stager.schema_barrier()
             if barrier is not None and stager.staged_end <= begin:
@@ -161,6 +163,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if finish <= begin:
             return []
         stager = self._live()
+        stager.offered(finish)  # a replay after a restart: staging must not pause before `finish`
         stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
         return [SegmentPartition(str(s.path), begin, finish, self._registrations)
                 for s in stager.segments_for(begin, finish)]
