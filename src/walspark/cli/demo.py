@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,41 +20,66 @@ from walspark.cli.main import cli
     show_default=True,
     help="Folder for the Delta tables (replaced if it exists).",
 )
-@click.option("--rows", type=click.IntRange(1, 10_000_000), default=5000, show_default=True, help="Rows to insert.")
-def demo(target: Path, rows: int) -> None:
-    """Run the pipeline on an embedded PostgreSQL 18 and compare source and target.
+@click.option("--seconds", type=click.FloatRange(0), default=10.0, show_default=True,
+              help="How long to keep streaming while the workload runs, after the snapshot.")  # fmt: skip
+@click.option("--rate", type=click.FloatRange(1), default=40.0, show_default=True, help="Workload transactions/s.")
+@click.option("--keep-running", is_flag=True, help="Keep streaming until Ctrl-C, then compare.")
+def demo(target: Path, seconds: float, rate: float, keep_running: bool) -> None:
+    """Mirror a small shop on an embedded PostgreSQL 18 into Delta tables, live.
 
-    Starts a throw-away PostgreSQL 18 (wal_level=logical), creates a table, a publication and a
-    pgoutput slot, writes a workload, decodes the slot's changes, writes them to Delta Lake
-    with Spark, reads the table back and compares it with the source.
+    Starts a throw-away PostgreSQL 18 (wal_level=logical) with a shop schema (customers,
+    products, orders, order items: many types, existing rows), runs a background workload,
+    takes the initial snapshot while it writes, streams the changes into Delta tables under
+    TARGET, and compares every table with its source at the end.
     """
-    import shutil
+    import psycopg
 
+    from walspark.cli.run import RunSettings, run_pipeline
+    from walspark.demo import PUBLICATION, SLOT, Workload, compare, create_shop
     from walspark.embedded.postgres import EmbeddedPostgres
-    from walspark.smoke import checksum, run_smoke_pipeline
     from walspark.spark.session import spark_session
 
     started = time.monotonic()
 
     def say(text: str) -> None:
-        click.echo(f"[{time.monotonic() - started:6.1f}s] {text}")
+        click.echo(f"[{time.monotonic() - started:5.0f}s] {text}")
 
     target = target.resolve()
     shutil.rmtree(target, ignore_errors=True)
     with EmbeddedPostgres() as server:
-        say(f"PostgreSQL {server.major_version} running on {server.host}:{server.port}")
-        say("starting Spark with Delta Lake")
+        dsn = server.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            create_shop(conn)
+        say(f"PostgreSQL {server.major_version} on {server.host}:{server.port}: shop schema with existing rows")
+        workload = Workload(dsn, rate=rate).start()
+        say(f"workload running (~{rate:.0f} transactions/s); starting Spark with Delta Lake")
         spark = spark_session("walspark-demo")
         try:
-            result = run_smoke_pipeline(server.dsn(), spark, target, rows=rows, progress=say)
+            once = RunSettings(dsn, PUBLICATION, SLOT, str(target), once=True)
+            run_pipeline(spark, once, say=say)  # the snapshot (taken while the workload writes), then catch up
+            if keep_running:
+                say("streaming until Ctrl-C")
+                run_pipeline(spark, RunSettings(dsn, PUBLICATION, SLOT, str(target), trigger_seconds=1.0), say=say)
+            else:
+                # Micro-batches while the workload goes on: each run applies what was committed
+                # when it started and exits cleanly (never interrupted mid-batch).
+                until = time.monotonic() + seconds
+                while time.monotonic() < until:
+                    run_pipeline(spark, once, say=say)
+                    say(f"applied up to now ({workload.transactions} source transactions so far)")
+            workload.stop()
+            say(f"workload stopped after {workload.transactions} transactions; applying the rest")
+            run_pipeline(spark, once, say=say)
+            with psycopg.connect(dsn) as conn:
+                results = compare(conn, spark, str(target))
         finally:
+            workload.stop()
             spark.stop()
     click.echo("")
-    click.echo(f"{'table':<14}{'source rows':>12}{'target rows':>12}  {'source checksum':<18}{'target checksum':<18}match")
-    click.echo(
-        f"{'shop.orders':<14}{len(result.source_rows):>12}{len(result.target_rows):>12}  "
-        f"{checksum(result.source_rows):<18}{checksum(result.target_rows):<18}{'yes' if result.matches else 'NO'}"
-    )
-    click.echo(f"\nDelta tables under {target}")
-    if not result.matches:
+    click.echo(f"{'table':<18}{'source rows':>12}{'delta rows':>12}  {'checksum (source)':<18}{'checksum (delta)':<18}match")
+    for r in results:
+        click.echo(f"{r.table:<18}{r.source_rows:>12}{r.target_rows:>12}  {r.source_checksum:<18}"
+                   f"{r.target_checksum:<18}{'yes' if r.matches else 'NO'}")  # fmt: skip
+    click.echo(f"\nDelta tables under {target}/shop/ (walspark's checkpoint and progress in {target}/_walspark/)")
+    if not all(r.matches for r in results):
         sys.exit(1)
