@@ -354,10 +354,8 @@ class StreamAbort:
 
 
 @dataclass(frozen=True, slots=True)
-class BeginPrepare:
-    """``b``: start of a transaction that will be prepared (PREPARE TRANSACTION)."""
-
-    KIND: ClassVar[str] = "b"
+class _PrepareLayout:
+    """The fields Begin Prepare, Prepare and Stream Prepare share (the spec gives them one layout)."""
 
     prepare_lsn: int
     end_lsn: int
@@ -371,20 +369,17 @@ class BeginPrepare:
 
 
 @dataclass(frozen=True, slots=True)
-class Prepare:
+class BeginPrepare(_PrepareLayout):
+    """``b``: start of a transaction that will be prepared (PREPARE TRANSACTION)."""
+
+    KIND: ClassVar[str] = "b"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare(_PrepareLayout):
     """``P``: the transaction was prepared. The flags byte must be 0 and is not kept."""
 
     KIND: ClassVar[str] = "P"
-
-    prepare_lsn: int
-    end_lsn: int
-    prepare_timestamp: int
-    xid: int
-    gid: str
-
-    @property
-    def prepare_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.prepare_timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,20 +422,10 @@ class RollbackPrepared:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamPrepare:
+class StreamPrepare(_PrepareLayout):
     """``p``: a streamed transaction was prepared (same layout as Prepare)."""
 
     KIND: ClassVar[str] = "p"
-
-    prepare_lsn: int
-    end_lsn: int
-    prepare_timestamp: int
-    xid: int
-    gid: str
-
-    @property
-    def prepare_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.prepare_timestamp)
 
 
 PgoutputMessage: TypeAlias = (
