@@ -169,7 +169,9 @@ class Stager:
     def _load_directory(self) -> None:
         self.segment_dir.mkdir(parents=True, exist_ok=True)
         marker = self.directory / _MARKER
-        identity = {"slot": self.slot, "publications": list(self.stream_options.publication_names)}
+        # per-table mode stages one table only: its segments cannot serve another layout
+        identity = {"slot": self.slot, "publications": list(self.stream_options.publication_names),
+                    "table": self.layout.table}
         if marker.exists():
             have = json.loads(marker.read_text())
             if have != identity:
