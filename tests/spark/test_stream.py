@@ -154,3 +154,25 @@ def test_a_transaction_larger_than_a_segment_and_the_staging_budget_goes_through
     big = spark.read.parquet(str(tmp_path / "out")).groupBy("_xid").agg(
         F.count("*").alias("n"), F.min("_seq").alias("lo"), F.max("_seq").alias("hi")).orderBy(F.desc("n")).first()
     assert big["n"] > 2000 and big["lo"] == 0  # positions in the whole transaction, across pieces
+
+
+def test_heartbeats_move_a_quiet_slot_and_never_past_the_checkpoint(spark, source_dsn, tmp_path):
+    work = Workload(source_dsn)
+    work.run(3)
+    df = _reader(spark, source_dsn, tmp_path / "staging", heartbeatSeconds="0.5").load()
+    query = _start(df, tmp_path, {"processingTime": "200 milliseconds"})
+    try:
+        _wait_until(lambda: _commits(tmp_path) >= 1, "a first batch", query=query)
+        with psycopg.connect(source_dsn, autocommit=True) as conn:  # WAL of an unpublished table only
+            conn.execute("CREATE TABLE other AS SELECT g FROM generate_series(1, 20000) g")
+        quiet_wal = current_lsn(source_dsn)
+
+        def moved() -> bool:
+            _slot_behind_checkpoint(source_dsn, tmp_path)
+            return slot_confirmed(source_dsn) > quiet_wal
+
+        _wait_until(moved, "the slot to pass WAL written while the published tables were quiet", query=query)
+    finally:
+        query.stop()
+    _slot_behind_checkpoint(source_dsn, tmp_path)
+    assert sink_changes(spark, tmp_path / "out") == work.changes

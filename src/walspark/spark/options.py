@@ -30,7 +30,7 @@ _KNOWN = {k.lower(): k for k in (
     "path", "dsn", "slot", "publication", "table", "peek", "stagingPath", "maxRowsPerBatch", "maxBytesPerBatch",
     "protoVersion", "binary", "streaming", "segmentMaxRows", "segmentMaxBytes", "segmentMaxDelayMs", "stagingMaxBytes",
     "partitionRows", "numPartitions", "memoryBudget", "batchRows", "slotWaitSeconds", "availableNowTimeoutSeconds",
-    "statusIntervalSeconds",
+    "statusIntervalSeconds", "heartbeatSeconds",
 )}
 
 
@@ -59,7 +59,7 @@ def _int(options: Mapping[str, str], key: str, default: int | None, *, minimum: 
     return value
 
 
-def _float(options: Mapping[str, str], key: str, default: float) -> float:
+def _float(options: Mapping[str, str], key: str, default: float, *, allow_zero: bool = False) -> float:
     raw = options.get(key)
     if raw is None:
         return default
@@ -67,7 +67,7 @@ def _float(options: Mapping[str, str], key: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise OptionsError(f"option {key} must be a number, not {raw!r}") from None
-    if value <= 0:
+    if value < 0 or (value == 0 and not allow_zero):
         raise OptionsError(f"option {key} must be > 0, not {raw!r}")
     return value
 
@@ -99,6 +99,7 @@ class SourceOptions:
     slot_wait_seconds: float = 60.0
     available_now_timeout_seconds: float = 600.0
     status_interval_seconds: float = 1.0
+    heartbeat_seconds: float = 0.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -140,6 +141,7 @@ class SourceOptions:
             slot_wait_seconds=_float(opts, "slotwaitseconds", 60.0),
             available_now_timeout_seconds=_float(opts, "availablenowtimeoutseconds", 600.0),
             status_interval_seconds=_float(opts, "statusintervalseconds", 1.0),
+            heartbeat_seconds=_float(opts, "heartbeatseconds", 0.0, allow_zero=True),
         )
         parsed._validate()
         return parsed
@@ -165,7 +167,8 @@ class SourceOptions:
     def stream_options(self) -> StreamOptions:
         """pgoutput options for the slot (unset ones negotiated from the server version)."""
         return StreamOptions(self.publications, proto_version=self.proto_version, binary=self.binary,
-                             streaming=self.streaming)  # type: ignore[arg-type]
+                             streaming=self.streaming,  # type: ignore[arg-type]
+                             messages=self.heartbeat_seconds > 0)  # heartbeats come back as messages
 
     def require_batch(self) -> None:
         if self.live and not self.peek:

@@ -94,6 +94,7 @@ class Stager:
         memory_budget: int = 256 << 20,
         slot_wait_seconds: float = 60.0,
         status_interval: float = 1.0,
+        heartbeat_seconds: float = 0.0,
         stream_factory: Callable[..., ReplicationStream] = ReplicationStream,
     ) -> None:
         self.dsn = dsn
@@ -110,6 +111,9 @@ class Stager:
         self.memory_budget = memory_budget
         self.slot_wait_seconds = slot_wait_seconds
         self.status_interval = status_interval
+        self.heartbeat_seconds = heartbeat_seconds
+        self._heartbeat_conn: object | None = None
+        self._last_activity = time.monotonic()
         self._stream_factory = stream_factory
 
         self._cond = threading.Condition()
@@ -340,6 +344,8 @@ class Stager:
                 self._failure = exc
                 self._cond.notify_all()
         finally:
+            if self._heartbeat_conn is not None:
+                self._heartbeat_conn.close()  # type: ignore[attr-defined]
             if assembler is not None:
                 assembler.close()
             if stream is not None:
@@ -401,10 +407,36 @@ class Stager:
                 if self._seen > self._caught_up_to:
                     self._caught_up_to = self._seen
                     self._cond.notify_all()
+        if (self.heartbeat_seconds and now - self._last_activity >= self.heartbeat_seconds
+                and not self._pending_entries):
+            self._heartbeat()
         if target is not None and self._seen < target and now - last_ping >= 0.2:
             stream.send_feedback(reply_requested=True)  # the server answers with a keepalive: its position
             last_ping = now
         return last_ping
+
+    def _heartbeat(self) -> None:
+        """Write a tiny transaction (a logical message) so that a quiet slot still moves.
+
+        While no published table changes, nothing reaches the stager and the slot cannot be
+        confirmed past the checkpoint's last offset — PostgreSQL then keeps all WAL written since
+        (by other tables, other databases). A transactional ``pg_logical_emit_message`` comes
+        back through the stream as an empty transaction: it gets an offset like any other, and
+        Spark's commit of it confirms the slot. Off by default (it writes to the source).
+        """
+        import psycopg
+
+        self._last_activity = time.monotonic()
+        try:
+            if self._heartbeat_conn is None:
+                self._heartbeat_conn = psycopg.connect(self.dsn, autocommit=True)
+            self._heartbeat_conn.execute(  # type: ignore[attr-defined]
+                "SELECT pg_logical_emit_message(true, 'walspark.heartbeat', '')")
+        except psycopg.Error as exc:
+            log.warning("heartbeat on slot %s failed (%s); retrying in %gs", self.slot, exc, self.heartbeat_seconds)
+            if self._heartbeat_conn is not None:
+                self._heartbeat_conn.close()  # type: ignore[attr-defined]
+                self._heartbeat_conn = None
 
     def _apply_confirm(self, stream: ReplicationStream) -> None:
         with self._cond:
@@ -478,6 +510,7 @@ class Stager:
             txn.release()
         entry = TxnEntry(end, changes, nbytes)
         self._last_end = end
+        self._last_activity = time.monotonic()
         if dedicated:
             self._write(piece, snapshot, touched, (entry,))
             return

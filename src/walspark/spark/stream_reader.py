@@ -100,6 +100,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 memory_budget=o.memory_budget,
                 slot_wait_seconds=o.slot_wait_seconds,
                 status_interval=o.status_interval_seconds,
+                heartbeat_seconds=o.heartbeat_seconds,
             ).start()
         return self._stager
 
