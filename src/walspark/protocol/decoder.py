@@ -276,11 +276,26 @@ def _read_tuple(kind: str, buf: bytes, pos: int, lsn: int | None) -> tuple[Tuple
     """
     try:
         ncols = _unpack_u16(buf, pos)[0]
-        p = pos + 2
-        values: list[bytes | None] = []
-        append = values.append
-        read_length = _unpack_skip_u32  # the Int32 after the kind byte, read at the kind's offset
-        kinds: bytearray | None = None
+    except struct.error:
+        return _read_tuple_checked(kind, buf, pos, lsn)
+    scanned = _scan_columns(buf, pos + 2, ncols)
+    if scanned is None or scanned[1] > len(buf):
+        return _read_tuple_checked(kind, buf, pos, lsn)
+    return scanned
+
+
+def _scan_columns(buf: bytes, p: int, ncols: int) -> tuple[TupleData, int] | None:
+    """The hot loop shared by :func:`_read_tuple` and the row-change fast path.
+
+    Reads ``ncols`` columns from ``p`` assuming valid input; returns None on anything
+    unusual (unknown kind, buffer ending early) so the caller falls back to the checked
+    reader. The returned offset may lie past the buffer (a length too large): callers check.
+    """
+    values: list[bytes | None] = []
+    append = values.append
+    read_length = _unpack_skip_u32  # the Int32 after the kind byte, read at the kind's offset
+    kinds: bytearray | None = None
+    try:
         for i in range(ncols):
             k = buf[p]
             if k == 116:  # 't'
@@ -296,14 +311,12 @@ def _read_tuple(kind: str, buf: bytes, pos: int, lsn: int | None) -> tuple[Tuple
                 p = start + read_length(buf, p)[0]
                 append(buf[start:p])
             else:
-                return _read_tuple_checked(kind, buf, pos, lsn)
+                return None
             if kinds is None:
                 kinds = bytearray(b"t" * ncols)
             kinds[i] = k
     except (IndexError, struct.error):
-        return _read_tuple_checked(kind, buf, pos, lsn)
-    if p > len(buf):
-        return _read_tuple_checked(kind, buf, pos, lsn)
+        return None
     return _new_tuple_data("t" * ncols if kinds is None else kinds.decode("ascii"), tuple(values)), p
 
 
@@ -560,35 +573,10 @@ def _row_change_fast_path(kind_byte: int, checked: _DecodeFn) -> _DecodeFn:
             return checked(buf, lsn, in_stream, abort_info)
         if (tag != _N) != is_delete or xid == 0:  # Update with K/O, or a tag the reference refuses
             return checked(buf, lsn, in_stream, abort_info)
-        values: list[bytes | None] = []
-        append = values.append
-        read_length = _unpack_skip_u32
-        kinds: bytearray | None = None
-        try:
-            for i in range(ncols):
-                k = buf[p]
-                if k == 116:  # 't'
-                    start = p + 5
-                    p = start + read_length(buf, p)[0]
-                    append(buf[start:p])
-                    continue
-                if k == 110 or k == 117:  # 'n', 'u'
-                    p += 1
-                    append(None)
-                elif k == 98:  # 'b'
-                    start = p + 5
-                    p = start + read_length(buf, p)[0]
-                    append(buf[start:p])
-                else:
-                    return checked(buf, lsn, in_stream, abort_info)
-                if kinds is None:
-                    kinds = bytearray(b"t" * ncols)
-                kinds[i] = k
-        except (IndexError, struct.error):
+        scanned = _scan_columns(buf, p, ncols)
+        if scanned is None or scanned[1] != len(buf):
             return checked(buf, lsn, in_stream, abort_info)
-        if p != len(buf):
-            return checked(buf, lsn, in_stream, abort_info)
-        row = _new_tuple_data("t" * ncols if kinds is None else kinds.decode("ascii"), tuple(values))
+        row = scanned[0]
         if is_delete:
             if tag == _K:
                 return _new_delete(xid, relation_id, row, None)
