@@ -28,7 +28,7 @@ from .errors import ValueConversionError
 from .ranges import ParsedRange, decode_multirange_binary, decode_range_binary, parse_multirange_text, parse_range_text
 
 __all__ = [
-    "Codec", "ScalarCodec", "TextCodec", "IntCodec", "FloatCodec", "BoolCodec", "BinaryCodec",
+    "Codec", "ScalarCodec", "TextCodec", "NumberCodec", "BoolCodec", "BinaryCodec",
     "ArrayCodec", "RangeCodec", "MultirangeCodec", "CompositeCodec", "UnknownCodec", "INTERVAL_ARROW_TYPE",
     "range_arrow_type", "UNCHANGED_TOAST",
 ]
@@ -278,8 +278,13 @@ class TextCodec(ScalarCodec):
         return super().arrow_from_binary(values)
 
 
-class IntCodec(ScalarCodec):
-    """Integers: Arrow's exact string->int cast for text, struct for binary."""
+class NumberCodec(ScalarCodec):
+    """Integers and floats: Arrow's exact string->number cast for text, one struct format for binary.
+
+    Arrow's integer cast is exact and its float parser correctly rounded; it also accepts
+    "nan", "inf" and "infinity" in any case, so PostgreSQL's float spellings need nothing
+    special. Anything Arrow refuses falls back to the per-value path for the precise error.
+    """
 
     __slots__ = ("_fmt",)
 
@@ -298,30 +303,6 @@ class IntCodec(ScalarCodec):
             return unpack_column(values, self._fmt, self.arrow_type)
         except _Fallback:
             return super().arrow_from_binary(values)  # raises the precise error
-
-
-class FloatCodec(ScalarCodec):
-    """float4/float8: Arrow's correctly rounded string->float cast for text."""
-
-    __slots__ = ("_fmt",)
-
-    def __init__(self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn, fmt: str) -> None:
-        super().__init__(oid, name, arrow_type, text, binary)
-        self._fmt = fmt
-
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
-        # Arrow's parser accepts "nan", "inf", "infinity" in any case: PostgreSQL's
-        # spellings need no special handling.
-        try:
-            return pc.cast(_utf8_array(values), self.arrow_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            return super().arrow_from_text(values)
-
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
-        try:
-            return unpack_column(values, self._fmt, self.arrow_type)
-        except _Fallback:
-            return super().arrow_from_binary(values)
 
 
 class BoolCodec(ScalarCodec):

@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from . import bits, geometry, network, numeric, oids, scalars, textsearch
 from . import datetimes as dt
 from .codecs import (
-    INTERVAL_ARROW_TYPE, ArrayCodec, BinaryCodec, BoolCodec, Codec, CompositeCodec, FloatCodec,
-    IntCodec, MultirangeCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, shifted_column,
+    INTERVAL_ARROW_TYPE, ArrayCodec, BinaryCodec, BoolCodec, Codec, CompositeCodec,
+    MultirangeCodec, NumberCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, shifted_column,
 )
 from .datetimes import InfinityPolicy
 from .errors import ValueConversionError
@@ -109,12 +109,12 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         (o.XID, "xid", pa.int64(), scalars.decode_uint4_binary, "I"),
         (o.CID, "cid", pa.int64(), scalars.decode_uint4_binary, "I"),
     ):
-        add(oid, name, fixed(IntCodec(oid, name, at, scalars.decode_int_text, fn, fmt)))
+        add(oid, name, fixed(NumberCodec(oid, name, at, scalars.decode_int_text, fn, fmt)))
     add(o.XID8, "xid8", fixed(lambda: ScalarCodec(o.XID8, "xid8", pa.int64(), scalars.decode_int_text,
                                                   scalars.decode_uint8_binary, to_storage=_xid8_storage)))
-    add(o.FLOAT4, "float4", fixed(lambda: FloatCodec(o.FLOAT4, "float4", pa.float32(), scalars.decode_float4_text,
+    add(o.FLOAT4, "float4", fixed(lambda: NumberCodec(o.FLOAT4, "float4", pa.float32(), scalars.decode_float4_text,
                                                      scalars.decode_float4_binary, "f")))
-    add(o.FLOAT8, "float8", fixed(lambda: FloatCodec(o.FLOAT8, "float8", pa.float64(), scalars.decode_float8_text,
+    add(o.FLOAT8, "float8", fixed(lambda: NumberCodec(o.FLOAT8, "float8", pa.float64(), scalars.decode_float8_text,
                                                      scalars.decode_float8_binary, "d")))
 
     def numeric_factory(oid: int, typmod: int, opts: ColumnOptions) -> Codec:
