@@ -20,7 +20,6 @@ Standalone on purpose: it starts its own throw-away PostgreSQL 18 and local Spar
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import workload  # bench/workload.py, beside this script
 
 from walspark.capture import CaptureFile, CaptureInfo, write_capture
 from walspark.embedded.postgres import EmbeddedPostgres
@@ -43,38 +43,15 @@ def log(text: str) -> None:
     print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
-def write_workload(conn: psycopg.Connection, changes: int) -> None:
-    """60% inserts, 25% updates, 15% deletes, in transactions of TXN_ROWS row changes."""
-    inserts = math.ceil(changes * 0.6)
-    updates = math.ceil(changes * 0.25)
-    deletes = changes - inserts - updates
-    for first in range(1, inserts + 1, TXN_ROWS):
-        last = min(first + TXN_ROWS - 1, inserts)
-        conn.execute(
-            "INSERT INTO bench_rows SELECT g, 'customer ' || md5(g::text), g %% 1000, (g * 1.25)::numeric(12, 2),"
-            " timestamptz '2025-01-01 00:00:00+00' + g * interval '1 second', ARRAY['a', g::text]"
-            " FROM generate_series(%s::int, %s::int) g",
-            (first, last),
-        )
-    for first in range(1, updates + 1, TXN_ROWS):
-        last = min(first + TXN_ROWS - 1, updates)
-        conn.execute("UPDATE bench_rows SET name = upper(name), price = price + 1 WHERE id BETWEEN %s AND %s",
-                     (first, last))
-    for first in range(inserts - deletes + 1, inserts + 1, TXN_ROWS):
-        last = min(first + TXN_ROWS - 1, inserts)
-        conn.execute("DELETE FROM bench_rows WHERE id BETWEEN %s AND %s", (first, last))
-
-
 def make_capture(path: Path, changes: int) -> int:
     with EmbeddedPostgres() as server:
         dsn = server.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE bench_rows (id int PRIMARY KEY, name text, qty int, price numeric(12,2),"
-                         " at timestamptz, tags text[])")
+            workload.create_table(conn, tags=True)
             conn.execute("CREATE PUBLICATION bench FOR TABLE bench_rows")
             conn.execute("SELECT pg_create_logical_replication_slot('bench', 'pgoutput')")
             log(f"writing {changes:,} changes")
-            write_workload(conn, changes)
+            workload.write_changes(conn, changes, statement_rows=TXN_ROWS, shares=(0.6, 0.25), tags=True)
         log("capturing the slot (SQL interface)")
         with psycopg.connect(dsn) as conn:
             rows = write_capture(path, slot_changes(conn, "bench", OPTIONS),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psycopg
+import workload  # bench/workload.py, beside this script
 
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.protocol import Decoder
@@ -55,47 +55,16 @@ _T0 = time.perf_counter()
 # --------------------------------------------------------------------------- workload
 
 
-def write_workload(conn: psycopg.Connection, messages: int) -> None:
-    """Inserts, then updates, then deletes, adding up to at least ``messages`` pgoutput messages.
-
-    Each row change is one message; each transaction adds a Begin and a Commit, the table
-    one Relation. Half the target is inserts, 30% updates (the text and numeric columns of
-    the first rows) and 20% deletes (of the last rows), so every change kind is well represented.
-    """
-    inserts = math.ceil(messages * 0.5)
-    updates = math.ceil(messages * 0.3)
-    deletes = messages - inserts - updates
-    for first in range(1, inserts + 1, BATCH):
-        last = min(first + BATCH - 1, inserts)
-        conn.execute(
-            "INSERT INTO bench_rows SELECT g, 'customer ' || md5(g::text), g %% 1000, (g * 1.25)::numeric(12, 2),"
-            " timestamptz '2025-01-01 00:00:00+00' + g * interval '1 second'"
-            " FROM generate_series(%s::int, %s::int) g",
-            (first, last),
-        )
-    for first in range(1, updates + 1, BATCH):
-        last = min(first + BATCH - 1, updates)
-        conn.execute(
-            "UPDATE bench_rows SET name = upper(name), price = price + 1 WHERE id BETWEEN %s AND %s",
-            (first, last),
-        )
-    for first in range(inserts - deletes + 1, inserts + 1, BATCH):
-        last = min(first + BATCH - 1, inserts)
-        conn.execute("DELETE FROM bench_rows WHERE id BETWEEN %s AND %s", (first, last))
-
-
 def prepare(pg: EmbeddedPostgres, messages: int) -> None:
     with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE bench_rows (id int PRIMARY KEY, name text, qty int, price numeric(12, 2),"
-            " at timestamptz)"
-        )
+        workload.create_table(conn)
         conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE bench_rows")
         # Two slots made before the first change see the same stream: one is only peeked
         # (never consumed), the other is consumed by pg_recvlogical.
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (SLOT,))
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (RECV_SLOT,))
-        write_workload(conn, messages)
+        # Each row change is one message; each transaction adds a Begin and a Commit.
+        workload.write_changes(conn, messages, statement_rows=BATCH)
 
 
 # --------------------------------------------------------------------------- measurements
