@@ -176,3 +176,18 @@ def test_heartbeats_move_a_quiet_slot_and_never_past_the_checkpoint(spark, sourc
         query.stop()
     _slot_behind_checkpoint(source_dsn, tmp_path)
     assert sink_changes(spark, tmp_path / "out") == work.changes
+
+
+def test_a_slot_moved_past_the_checkpoint_by_another_consumer_fails_the_query(spark, source_dsn, tmp_path):
+    work = Workload(source_dsn)
+    work.run(3)
+    query = _start(_reader(spark, source_dsn, tmp_path / "staging").load(), tmp_path, {"availableNow": True})
+    assert query.awaitTermination(300)
+    work.run(3)
+    with psycopg.connect(source_dsn, autocommit=True) as conn:  # someone else consumes the slot
+        conn.execute("SELECT count(*) FROM pg_logical_slot_get_binary_changes('s', NULL, NULL,"
+                     " 'proto_version', '1', 'publication_names', 'pub')")
+    work.run(1)
+    query = _start(_reader(spark, source_dsn, tmp_path / "staging").load(), tmp_path, {"availableNow": True})
+    with pytest.raises(StreamingQueryException, match="advanced to .* by another consumer"):
+        query.awaitTermination(300)

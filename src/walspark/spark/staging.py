@@ -124,6 +124,8 @@ class Stager:
         self._staged_bytes = 0
         self._staged_end = 0
         self._offered = 0
+        self._expected_start: int | None = None
+        self._stream_start: int | None = None
         self._caught_up_to = 0
         self._failure: BaseException | None = None
         self._barrier: SchemaChangedError | None = None
@@ -246,6 +248,31 @@ class Stager:
                     )
                 self._cond.wait(min(left, 1.0))
 
+    def expect_start(self, start: int) -> None:
+        """The query resumes after ``start``: fail if the slot was moved past it by someone else.
+
+        walspark confirms the slot only up to committed offsets, so a slot beyond the
+        checkpoint's position (and beyond what is staged) means another consumer advanced it
+        (``pg_logical_slot_get_changes``, a second stream): the changes in between are gone
+        and the query must not silently skip them.
+        """
+        with self._cond:
+            if self._expected_start is None:
+                self._expected_start = start
+            self._check_start_locked()
+
+    def _check_start_locked(self) -> None:
+        expected, slot = self._expected_start, self._stream_start
+        if expected is None or slot is None or self._failure is not None:
+            return
+        if slot > expected and self._staged_end < slot:
+            self._failure = StagingError(
+                f"slot {self.slot!r} was advanced to {format_lsn(slot)} by another consumer while this query's "
+                f"checkpoint is at {format_lsn(expected)}: the changes in between are lost to this query; "
+                "start it with a new checkpoint (and a new snapshot of the tables)"
+            )
+            self._cond.notify_all()
+
     def offered(self, end: int) -> None:
         """Spark planned a batch up to ``end`` (lets a paused stager go on once all is taken)."""
         with self._cond:
@@ -311,6 +338,10 @@ class Stager:
             assembler = self._assembler()
             with self._cond:
                 self._streaming = True
+                self._stream_start = stream.start_lsn
+                self._check_start_locked()
+                if self._failure is not None:
+                    return
             last_ping = last_housekeeping = 0.0
             clock = time.monotonic
             while not self._stop.is_set():

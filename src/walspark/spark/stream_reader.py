@@ -127,8 +127,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         stager = self._live()
-        stager.check()
         begin = from_offset(start)
+        stager.expect_start(begin)
+        stager.check()
         if self._target is not None:
             stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds, start=begin)
         max_rows = max_bytes = None
@@ -164,6 +165,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if finish <= begin:
             return []
         stager = self._live()
+        stager.expect_start(begin)
         stager.offered(finish)  # a replay after a restart: staging must not pause before `finish`
         stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
         return [SegmentPartition(str(s.path), begin, finish, self._registrations)
