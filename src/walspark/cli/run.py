@@ -77,10 +77,64 @@ def _needs_snapshot(settings: RunSettings) -> bool:
         return get_slot(conn, settings.slot) is None
 
 
+class StreamProgress:
+    """One console line per micro-batch: change rows, rows/s, and how far the slot lags the server.
+
+    The lag is the server's current WAL position minus the end of the batch just committed,
+    in bytes: what is left to read. Registered as a Spark streaming listener for the query.
+    """
+
+    def __init__(self, dsn: str, say) -> None:  # type: ignore[no-untyped-def]
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.dsn = dsn
+        self.say = say
+        progress = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+                progress.batch(event.progress)
+
+            def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+        self.listener = _Listener()
+
+    def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
+        import json
+
+        rows = progress.numInputRows
+        if not rows:
+            return
+        seconds = max(progress.batchDuration / 1000.0, 1e-3)
+        lag = ""
+        try:
+            end = json.loads(progress.sources[0].endOffset)["lsn"]
+            lag = f", slot lag {_format_bytes(self._lag_bytes(end))}"
+        except Exception:  # noqa: BLE001 - progress is best effort; the pipeline must not fail on it
+            log.debug("could not compute the slot lag", exc_info=True)
+        self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
+                 f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
+
+    def _lag_bytes(self, end_lsn: str) -> int:
+        from walspark.source.connect import connect_sql
+
+        with connect_sql(self.dsn) as conn:
+            return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])
+
+
+def _format_bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n, 0) / 1024:.0f} KiB"
+
+
 def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> int:  # type: ignore[no-untyped-def]
     """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt``."""
-    from pyspark.errors import StreamingQueryException
-
     from walspark.spark import register
     from walspark.spark.apply import ApplyChanges
 
@@ -88,9 +142,22 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     if _needs_snapshot(settings):
         from walspark.spark.snapshot import run_snapshot
 
-        result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target)
+        result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
+                              progress=lambda update: say(update.line()))  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
     sink = ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}").scd2(*settings.scd2)
+    progress = StreamProgress(settings.dsn, say)
+    spark.streams.addListener(progress.listener)
+    try:
+        return _run_queries(spark, settings, sink, say)
+    finally:
+        spark.streams.removeListener(progress.listener)
+
+
+def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int:  # type: ignore[no-untyped-def]
+    """Start the streaming query, again after each schema change; returns how many were started."""
+    from pyspark.errors import StreamingQueryException
+
     starts = 0
     while True:
         starts += 1
