@@ -42,14 +42,18 @@ import functools
 import json
 import logging
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, Row, SparkSession
     from pyspark.sql.types import DataType, StructField
+
+    from .progress import ProgressRow
+
+from .tables import TABLE_PROPERTIES
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +75,6 @@ SCD2_DDL = ((START_AT, VALIDITY_DDL), (END_AT, VALIDITY_DDL))
 
 #: Prefix of the helper columns of the folded source (they never reach the Delta table).
 _P = "__ws_"
-
-TABLE_PROPERTIES = {
-    "delta.columnMapping.mode": "name",
-    "delta.minReaderVersion": "2",
-    "delta.minWriterVersion": "5",
-}
 
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -198,30 +196,23 @@ def row_fields(df: DataFrame) -> list[StructField]:
     return [f for f in df.schema.fields if f.name not in CHANGE_COLUMNS]
 
 
-def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str] | None) -> BatchFacts | None:
-    """One aggregation: the table, row count, replica identity, last commit LSN and truncates."""
+def _facts_aggregates(moved_old: Column) -> list[Column]:
+    """The aggregates of :class:`BatchFacts` (``moved_old``: the row has an old key or row)."""
     from pyspark.sql import functions as F
 
     ordering = F.struct("_commit_lsn", "_seq")
-    row = df.agg(
+    return [
         F.count(F.lit(1)).alias("n"),
-        F.collect_set(F.struct("_schema", "_table")).alias("tables"),
         F.max_by("_key", ordering).alias("key"),
         F.max("_commit_lsn").alias("max_lsn"),
-        F.count(F.when((F.col("_op") == "U") & F.col("_old").isNotNull() & (F.size("_unchanged") > 0), 1)).alias("moved"),
+        F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
             "truncs"
         ),
-    ).first()
-    if row is None or row["n"] == 0:
-        return None
-    names = {(t["_schema"], t["_table"]) for t in row["tables"]}
-    if table is None:
-        if len(names) != 1:
-            raise ValueError(f"a change batch for one table expected, got {sorted(names)}: pass table=(schema, name)")
-        (table,) = names
-    elif names - {tuple(table)}:
-        raise ValueError(f"change batch holds rows of {sorted(names - {tuple(table)})}, not only of {table}")
+    ]
+
+
+def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
     truncates = tuple(sorted(Truncate(t[0], t[1], t[2]) for t in row["truncs"]))
     return BatchFacts(
         schema=table[0],
@@ -232,6 +223,46 @@ def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str
         truncates=truncates,
         moved_unchanged=row["moved"],
     )
+
+
+def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str] | None) -> BatchFacts | None:
+    """One aggregation: the table, row count, replica identity, last commit LSN and truncates."""
+    from pyspark.sql import functions as F
+
+    row = df.agg(
+        *_facts_aggregates(F.col("_old").isNotNull()), F.collect_set(F.struct("_schema", "_table")).alias("tables")
+    ).first()
+    if row is None or row["n"] == 0:
+        return None
+    names = {(t["_schema"], t["_table"]) for t in row["tables"]}
+    if table is None:
+        if len(names) != 1:
+            raise ValueError(f"a change batch for one table expected, got {sorted(names)}: pass table=(schema, name)")
+        (table,) = names
+    elif names - {tuple(table)}:
+        raise ValueError(f"change batch holds rows of {sorted(names - {tuple(table)})}, not only of {table}")
+    return _facts_from_row(row, table, keys)
+
+
+def tables_facts(df: DataFrame, keys: Callable[[str, str], Sequence[str] | None]) -> dict[tuple[str, str], BatchFacts]:
+    """:func:`batch_facts` of every table of a batch in one aggregation (grouped by table).
+
+    ``df`` is in the per-table or the all-tables layout; ``keys(schema, table)`` gives a
+    table's user keys (None: its replica identity).
+    """
+    from pyspark.sql import functions as F
+
+    if "_old" in df.columns:
+        moved_old = F.col("_old").isNotNull()
+    else:  # all-tables layout: a row's old key/row is in its own table's ":old" column, others are null
+        olds = [F.col(quote(c)).isNotNull() for c in df.columns if c.endswith(OLD_SUFFIX)]
+        moved_old = functools.reduce(operator.or_, olds) if olds else F.lit(False)
+    rows = df.groupBy("_schema", "_table").agg(*_facts_aggregates(moved_old)).collect()
+    facts = {}
+    for row in rows:
+        table = (row["_schema"], row["_table"])
+        facts[table] = _facts_from_row(row, table, keys(*table))
+    return facts
 
 
 def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -459,15 +490,34 @@ class TargetTable:
 
         return list(DeltaTable.forPath(self.spark, self.path).toDF().schema.fields)
 
-    def evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> list[str]:
+    def evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]] = (),
+               known: dict[str, dict[str, DataType | None]] | None = None) -> list[str]:  # fmt: skip
         """Make the table fit the batch's columns; returns the table's columns the batch lacks.
 
         Checks every column before changing anything, so an incompatible change leaves the table
-        as it was.
+        as it was. ``known`` (path → column → type; None for the validity columns) remembers
+        the table's columns between batches: a batch whose columns the table already takes is
+        answered from it without reading the Delta log (the sink that owns it is the only one
+        changing the schemas of its tables while it runs).
         """
+        extra = {name for name, _ in extra_ddl}
+        present = {f.name for f in fields}
+        cached = known.get(self.path) if known is not None else None
+        if cached is not None and extra <= cached.keys() and all(
+            cached.get(f.name) is not None and _widening(f.dataType, cached[f.name]) is None  # type: ignore[arg-type]
+            for f in fields
+        ):
+            return [name for name in cached if name not in present and name not in extra]
+        schema = self._evolve(fields, extra_ddl)
+        if known is not None:
+            known[self.path] = schema
+        return [name for name in schema if name not in present and name not in extra]
+
+    def _evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]]) -> dict[str, DataType | None]:
+        """:meth:`evolve` against the Delta table; returns its columns afterwards."""
         if not self.exists():
             self.create(fields, extra_ddl)
-            return []
+            return {**{f.name: f.dataType for f in fields}, **{name: None for name, _ in extra_ddl}}
         current = {f.name: f for f in self.columns()}
         added = [f for f in fields if f.name not in current]
         widened: list[tuple[str, DataType]] = []
@@ -496,8 +546,13 @@ class TargetTable:
             cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in new_cols)
             self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
         extra = {name for name, _ in extra_ddl}
-        present = {f.name for f in fields}
-        return [name for name in current if name not in present and name not in extra]
+        schema: dict[str, DataType | None] = {
+            name: None if name in extra else f.dataType for name, f in current.items()
+        }
+        schema.update(widened)
+        schema.update({f.name: f.dataType for f in added})
+        schema.update({name: None for name, _ in extra_ddl if name not in current})
+        return schema
 
 
 # ---------------------------------------------------------------------------------------------
@@ -643,44 +698,67 @@ def apply_changes(
         raise ValueError(f"mode must be 'scd1' or 'scd2', not {mode!r}")
     from .progress import ProgressTable
 
-    spark = batch_df.sparkSession
     batch_df = batch_df.persist()
     try:
         facts = batch_facts(batch_df, table, keys)
         if facts is None:
             return None
-        schema, name = facts.schema, facts.table
-        path = f"{target.rstrip('/')}/{schema}/{name}"
-        progress = ProgressTable(spark, target)
-        done = progress.last(app_id, schema, name)
-        if done is not None and done.batch_id >= batch_id:
-            log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
-            return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn)
-        rows = batch_df
-        if done is not None and done.commit_lsn is not None:
-            from pyspark.sql import functions as F
-
-            rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
-        fields = row_fields(batch_df)
-        names = [f.name for f in fields]
-        missing = [k for k in facts.keys if k not in names]
-        if missing:
-            raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
-        tgt = TargetTable(spark, path, f"{schema}.{name}")
-        note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
-        # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
-        dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else ())
-        with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note):
-            if mode == "scd1":
-                _apply_scd1(tgt, rows, facts, fields, dropped)
-            else:
-                from .apply_scd2 import apply_scd2
-
-                apply_scd2(tgt, rows, facts, fields)
-        progress.record(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
-        return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
+        result, record = _apply_table(batch_df.sparkSession, batch_df, batch_id, facts, target=target, mode=mode,
+                                      app_id=app_id)  # fmt: skip
+        if record is not None:
+            ProgressTable(batch_df.sparkSession, target).record_many([record])
+        return result
     finally:
         batch_df.unpersist()
+
+
+def _apply_table(
+    spark: SparkSession,
+    batch_df: DataFrame,
+    batch_id: int,
+    facts: BatchFacts,
+    *,
+    target: str,
+    mode: Mode,
+    app_id: str,
+    known: dict[str, dict[str, DataType | None]] | None = None,
+) -> tuple[ApplyResult, ProgressRow | None]:
+    """Apply one table's batch (its facts already known); returns the progress row to record.
+
+    Delta writes go through ``spark`` (whose session settings carry the transaction id), which
+    may be another session than ``batch_df``'s: tables applied in parallel each get one.
+    """
+    from .progress import ProgressRow, ProgressTable
+
+    schema, name = facts.schema, facts.table
+    path = f"{target.rstrip('/')}/{schema}/{name}"
+    done = ProgressTable(spark, target).last(app_id, schema, name)
+    if done is not None and done.batch_id >= batch_id:
+        log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
+        return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None
+    rows = batch_df
+    if done is not None and done.commit_lsn is not None:
+        from pyspark.sql import functions as F
+
+        rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+    fields = row_fields(batch_df)
+    names = [f.name for f in fields]
+    missing = [k for k in facts.keys if k not in names]
+    if missing:
+        raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
+    tgt = TargetTable(spark, path, f"{schema}.{name}")
+    note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
+    # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
+    dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
+    with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note):
+        if mode == "scd1":
+            _apply_scd1(tgt, rows, facts, fields, dropped)
+        else:
+            from .apply_scd2 import apply_scd2
+
+            apply_scd2(tgt, rows, facts, fields)
+    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
+    return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn), record
 
 
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],
@@ -730,6 +808,10 @@ class ApplyChanges:
     target: str
     _app_id: str = "walspark"
     _tables: dict[str, _TableOptions] = field(default_factory=dict)
+    #: The target tables' columns as last seen or changed by this sink (see TargetTable.evolve).
+    _known: dict[str, dict[str, DataType | None]] = field(default_factory=dict, compare=False, repr=False)
+    #: How many tables of a batch are applied at once.
+    _parallelism: int = 4
 
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
@@ -764,35 +846,76 @@ class ApplyChanges:
         finally:
             batch_df.unpersist()
 
+    def parallelism(self, tables: int) -> ApplyChanges:
+        """Apply up to this many tables of a batch at once (default 4; 1: one after the other)."""
+        if tables < 1:
+            raise ValueError("parallelism must be at least 1")
+        return replace(self, _parallelism=tables)
+
     def _apply_tables(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+        """Apply each table of the batch, recording their progress in one commit at the end.
+
+        Tables are independent (their own Delta table, MERGE and transaction id), so several are
+        applied at once from a small thread pool: a micro-batch's cost is mostly fixed per-job
+        latency (planning, Delta log, scheduling) that overlaps well. Each thread writes through
+        its own clone of the session, because the transaction id of an idempotent write is a
+        session setting. An incompatible schema change of one table does not stop the others;
+        the batch then fails (after recording the tables that were applied), so the stream does
+        not move past the table that could not follow.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
 
-        tables = sorted((r[0], r[1]) for r in batch_df.select("_schema", "_table").distinct().collect())
-        results: list[ApplyResult] = []
-        failed: list[str] = []
+        from .progress import ProgressTable
+
+        spark = batch_df.sparkSession
+        facts = tables_facts(batch_df, lambda schema, table: self.options_for(schema, table).keys)
+        tables = sorted(facts)
         per_table = "_old" in batch_df.columns
-        for schema, table in tables:
-            options = self.options_for(schema, table)
+
+        def apply(table: tuple[str, str], session: SparkSession) -> tuple[ApplyResult, ProgressRow | None]:
+            schema, name = table
             if not per_table:
-                part = table_changes(batch_df, schema, table)
+                part = table_changes(batch_df, schema, name)
             elif len(tables) > 1:
-                part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == table))
+                part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == name))
             else:
                 part = batch_df
-            try:
-                result = apply_changes(
-                    part, batch_id, target=self.target, table=(schema, table), keys=options.keys,
-                    mode=options.mode, app_id=self._app_id,
-                )  # fmt: skip
-            except SchemaEvolutionError as exc:
-                # The other tables still get this batch (each commit is idempotent); the batch
-                # then fails so the stream does not move past the table that could not follow.
-                failed.append(str(exc))
-                continue
-            if result is not None:
-                results.append(result)
-        if failed:
-            raise SchemaEvolutionError("; ".join(failed))
+            options = self.options_for(schema, name)
+            return _apply_table(session, part, batch_id, facts[table], target=self.target, mode=options.mode,
+                                app_id=self._app_id, known=self._known)  # fmt: skip
+
+        outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
+        workers = min(self._parallelism, len(tables))
+        if workers <= 1:
+            for table in tables:
+                try:
+                    outcomes.append(apply(table, spark))
+                except SchemaEvolutionError as exc:
+                    outcomes.append(exc)
+                except BaseException as exc:
+                    outcomes.append(exc)
+                    break  # as before: an unexpected failure stops the batch at once
+        else:
+            sessions = [SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession()) for _ in tables]
+            with ThreadPoolExecutor(workers, thread_name_prefix="walspark-apply") as pool:
+                futures = [pool.submit(apply, table, session) for table, session in zip(tables, sessions, strict=True)]
+                for future in futures:
+                    try:
+                        outcomes.append(future.result())
+                    except BaseException as exc:
+                        outcomes.append(exc)
+        results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
+        records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
+        ProgressTable(spark, self.target).record_many(records)
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        unexpected = [e for e in errors if not isinstance(e, SchemaEvolutionError)]
+        if unexpected:
+            raise unexpected[0]
+        if errors:
+            raise SchemaEvolutionError("; ".join(str(e) for e in errors))
         return results
 
     __call__ = foreach_batch

@@ -1,8 +1,9 @@
 """walspark's own bookkeeping table: which batch of which query was applied to which table.
 
-It lives at ``<target>/_walspark/progress`` as a small Delta table, one row appended per table
-per applied micro-batch (appends never conflict with each other, so tables can be applied
-concurrently; the latest row per ``(app_id, schema, table)`` wins when reading).
+It lives at ``<target>/_walspark/progress`` as a small Delta table, one row per table per applied
+micro-batch; the sink appends the rows of all the tables of a batch in one commit, after every
+table's MERGE (appends never conflict with each other; the latest row per ``(app_id, schema,
+table)`` wins when reading).
 
 Why a table at all when the MERGE is already idempotent through Delta's ``txnAppId`` /
 ``txnVersion``? Three reasons: a replayed batch is skipped without even planning its MERGE;
@@ -11,17 +12,22 @@ resuming, checking the slot never ran ahead of the lakehouse); and rows whose co
 or below that mark are filtered out, which protects a table even when a batch is replayed under
 different batch ids.
 
-Crash windows (the progress row is written *after* the table's commit):
+Crash windows (the progress rows are written *after* the tables' commits, in one commit):
 
-- crash before the table's commit: nothing happened; the batch is replayed in full.
-- crash after the table's commit, before the progress row: the replayed MERGE carries the same
-  ``txnAppId``/``txnVersion`` and Delta skips it (the transaction id is recorded *in the same
-  commit* as the data), then the progress row is written.
-- crash after the progress row: the replay is skipped by the progress check.
+- crash before a table's commit: nothing happened to that table; it is applied on replay.
+- crash after some or all of the tables' commits, before the progress rows: each replayed MERGE
+  carries the same per-table ``txnAppId``/``txnVersion`` and Delta skips those already
+  committed (the transaction id is recorded *in the same commit* as the data), applies the
+  others, then the progress rows are written.
+- crash after the progress rows: the replay is skipped by the progress check.
+
+A batch that fails on one table (an incompatible schema change) still records the tables that
+were applied, then fails.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -34,6 +40,19 @@ PROGRESS_DDL = (
     "app_id STRING, schema_name STRING, table_name STRING, batch_id BIGINT, "
     "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP"
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressRow:
+    """One table's applied batch, to be recorded."""
+
+    app_id: str
+    schema: str
+    table: str
+    batch_id: int
+    commit_lsn: int | None
+    rows: int
+    mode: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +123,34 @@ class ProgressTable:
     def record(self, app_id: str, schema: str, table: str, batch_id: int, commit_lsn: int | None,
                rows: int, mode: str) -> None:  # fmt: skip
         """Append the progress row of one applied batch (after the table's commit is durable)."""
+        self.record_many([ProgressRow(app_id, schema, table, batch_id, commit_lsn, rows, mode)])
+
+    def record_many(self, records: Sequence[ProgressRow]) -> None:
+        """Append the progress rows of one applied batch, all tables in one Delta commit.
+
+        Written after every table's commit of the batch is durable (see the module docstring).
+        """
         import datetime
 
-        lsn_text = None if commit_lsn is None else format_lsn(commit_lsn)
+        if not records:
+            return
         now = datetime.datetime.now(datetime.UTC)
         df = self.spark.createDataFrame(
-            [(app_id, schema, table, batch_id, commit_lsn, lsn_text, rows, mode, now)], PROGRESS_DDL
+            [
+                (r.app_id, r.schema, r.table, r.batch_id, r.commit_lsn,
+                 None if r.commit_lsn is None else format_lsn(r.commit_lsn), r.rows, r.mode, now)
+                for r in records
+            ],  # fmt: skip
+            PROGRESS_DDL,
         )
         known = self._load()
         df.write.format("delta").mode("append").save(self.path)
-        previous = known.get((app_id, schema, table))
-        lsn = commit_lsn if previous is None or previous.commit_lsn is None else max(previous.commit_lsn, commit_lsn or 0)
-        known[(app_id, schema, table)] = Progress(max(batch_id, previous.batch_id if previous else batch_id), lsn)
+        for r in records:
+            key = (r.app_id, r.schema, r.table)
+            previous = known.get(key)
+            lsn = (
+                r.commit_lsn
+                if previous is None or previous.commit_lsn is None
+                else max(previous.commit_lsn, r.commit_lsn or 0)
+            )
+            known[key] = Progress(max(r.batch_id, previous.batch_id if previous else r.batch_id), lsn)

@@ -59,6 +59,7 @@ from walspark.protocol.lsn import format_lsn, parse_lsn
 
 from .snapshot_source import CtidRange, SnapshotSourcePlan
 from .snapshot_source import register as register_snapshot_source
+from .tables import TABLE_PROPERTIES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,13 +83,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The Delta table properties of every target table: column mapping by name, so any PostgreSQL
-#: identifier (spaces, commas, parentheses...) is a valid column name. Same as the apply step's.
-TABLE_PROPERTIES = {
-    "delta.columnMapping.mode": "name",
-    "delta.minReaderVersion": "2",
-    "delta.minWriterVersion": "5",
-}
 
 #: Rows per CTID-range task when nothing else is asked: large enough that the per-task cost
 #: (a connection, importing the snapshot, a Python worker round trip) is noise, small enough
