@@ -31,7 +31,8 @@ from walspark.spark.session import spark_session
 spark = spark_session("walspark-kill-test", master="local[2]",
                       conf={"spark.sql.warehouse.dir": args["warehouse"], "spark.sql.shuffle.partitions": "2"})
 df = (spark.readStream.format("pgoutput")
-      .options(dsn=args["dsn"], slot="s", publication="pub", stagingPath=args["staging"]).load())
+      .options(dsn=args["dsn"], slot="s", publication="pub", stagingPath=args["staging"],
+               maxRowsPerBatch="2000").load())
 writer = (df.writeStream.format("parquet").option("path", args["out"])
           .option("checkpointLocation", args["checkpoint"]))
 if args["available_now"]:
@@ -71,10 +72,11 @@ def test_sigkill_of_the_driver_loses_and_duplicates_nothing(spark, source_dsn, t
     checkpoint = tmp_path / "ckpt"
     work = Workload(source_dsn)
     work.run(5)
-    work.start(pause=0.05)
+    work.start(pause=0.1)
     try:
         for run in range(kills):
             before = _commits(checkpoint)
+            t0 = time.monotonic()
             proc = _driver(source_dsn, tmp_path, run, available_now=False)
             deadline = time.monotonic() + 240
             while _commits(checkpoint) < before + 1:  # let it make progress first
@@ -84,11 +86,14 @@ def test_sigkill_of_the_driver_loses_and_duplicates_nothing(spark, source_dsn, t
             time.sleep(rng.uniform(0, 2.0))  # then kill at a random point of the next batches
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            print(f"run {run}: killed after {_commits(checkpoint) - before} new batches, {time.monotonic() - t0:.0f}s")
             _check_slot(source_dsn, checkpoint)
     finally:
         work.stop()
+    t0 = time.monotonic()
     proc = _driver(source_dsn, tmp_path, kills, available_now=True)  # drain everything, then stop
     assert proc.wait(timeout=300) == 0, (tmp_path / f"driver-{kills}.log").read_text()[-3000:]
     _check_slot(source_dsn, checkpoint)
+    print(f"drained {len(work.changes)} changes in {time.monotonic() - t0:.0f}s")
     got = sink_changes(spark, tmp_path / "out")
     assert len(got) == len(work.changes) and got == work.changes
