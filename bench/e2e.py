@@ -1,0 +1,308 @@
+"""End-to-end throughput, PostgreSQL commit to Delta commit, beside the server's own delivery (`./dev bench e2e`).
+
+Why a side-by-side: a rows/s figure alone says as much about the machine as about walspark. Each
+scenario therefore also times ``pg_recvlogical`` streaming *the same changes* (a second slot
+created at the same point, ``--endpos`` at the same LSN) into /dev/null — the fastest the server's
+walsender delivers them — and prints the ratio.
+
+1. **bulk**: ``--rows`` (default 1,000,000) rows inserted in ``--txns`` large transactions into a
+   published table while no pipeline runs; the slot was created before the load (SQL interface,
+   no snapshot needed: the table was empty). Then ``run_pipeline(..., once=True)`` — the code of
+   ``walspark run --once`` — is timed from its call to its return: staging, decoding, MERGE into
+   Delta, slot confirm.
+2. **sustained**: a pgbench-like transaction (update an account, update its branch, insert a
+   history row with ``clock_timestamp()``) at a fixed ``--rate`` for ``--seconds`` while
+   ``run_pipeline`` streams with a 1 s trigger. Reports the offered and applied change rates, the
+   lag (now minus the newest history row visible in Delta, sampled every 2 s) and the time to
+   drain after the writes stop.
+
+Spark's one-off start-up (JVM, Delta, Python workers) is paid by a small warm-up pipeline before
+anything is timed, as a long-running pipeline pays it once. Progress on stderr, tables on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from walspark.embedded.postgres import EmbeddedPostgres
+
+_T0 = time.perf_counter()
+#: What walspark's stream asks of PostgreSQL 18 by default; pg_recvlogical gets the same.
+PGOUTPUT_OPTIONS = {"proto_version": "4", "streaming": "on"}
+
+
+def log(text: str) -> None:
+    """Progress on stderr, so stdout carries only the result tables."""
+    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def recvlogical(pg: EmbeddedPostgres, dsn: str, slot: str, publication: str, endpos: str) -> float:
+    """``pg_recvlogical --start`` into /dev/null up to ``endpos``: seconds from process start to exit."""
+    argv = [pg.bin("pg_recvlogical"), "-d", dsn, "--slot", slot, "--start", "--no-loop", "-f", "/dev/null",
+            "--endpos", endpos, "-o", f"publication_names={publication}"]  # fmt: skip
+    for key, value in PGOUTPUT_OPTIONS.items():
+        argv += ["-o", f"{key}={value}"]
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, timeout=1800, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def pipeline_settings(dsn: str, publication: str, slot: str, target: str, **kw: Any):  # type: ignore[no-untyped-def]
+    from walspark.cli.run import RunSettings
+
+    return RunSettings(dsn, publication, slot, target, **kw)
+
+
+def warm_up(spark: SparkSession, dsn: str, tmp: str) -> None:
+    """A tiny pipeline through every stage, so no timed figure pays Spark's or Delta's first use."""
+    from walspark.cli.run import run_pipeline
+    from walspark.source.slots import create_slot
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION warm_pub FOR TABLE warm")
+        create_slot(conn, "warm_slot")
+        conn.execute("INSERT INTO warm SELECT g, 'v' || g FROM generate_series(1, 5000) g")
+        conn.execute("UPDATE warm SET v = 'w' WHERE id % 3 = 0")
+    run_pipeline(spark, pipeline_settings(dsn, "warm_pub", "warm_slot", f"{tmp}/warm", once=True), say=log)
+
+
+@dataclass
+class Row:
+    scenario: str
+    path: str
+    changes: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.changes / self.seconds if self.seconds else float("nan")
+
+
+def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: int, txns: int) -> list[Row]:
+    """The bulk load: walspark run --once vs pg_recvlogical over the same 1M-row backlog."""
+    from walspark.cli.run import run_pipeline
+    from walspark.source.slots import create_slot
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bulk (id bigint PRIMARY KEY, qty int, label text, at timestamptz,"
+                     " amount numeric(12, 2))")  # fmt: skip
+        conn.execute("CREATE PUBLICATION bulk_pub FOR TABLE bulk")
+        create_slot(conn, "bulk_slot")
+        create_slot(conn, "bulk_recv")
+        per = -(-rows // txns)
+        log(f"bulk: inserting {rows:,} rows in {txns} transactions (pipeline not running)")
+        for first in range(0, rows, per):
+            conn.execute("INSERT INTO bulk SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
+                         " (g %% 100000) / 100.0 FROM generate_series(%s, %s) g",
+                         (first + 1, min(rows, first + per)))  # fmt: skip
+        endpos = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+    log("bulk: pg_recvlogical to /dev/null")
+    server = recvlogical(pg, dsn, "bulk_recv", "bulk_pub", endpos)
+    log(f"bulk: pg_recvlogical {server:.1f} s; now walspark run --once")
+    target = f"{tmp}/bulk"
+    started = time.perf_counter()
+    run_pipeline(spark, pipeline_settings(dsn, "bulk_pub", "bulk_slot", target, once=True), say=log)
+    seconds = time.perf_counter() - started
+    landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
+    if landed != rows:
+        raise SystemExit(f"bulk: Delta holds {landed:,} rows, expected {rows:,}")
+    return [Row("bulk", "pg_recvlogical → /dev/null", rows, server, "server's delivery, process start to exit"),
+            Row("bulk", "walspark run --once → Delta", rows, seconds, f"{txns} transactions; {landed:,} rows checked")]
+
+
+class Bench:
+    """pgbench-like writer at a fixed rate: one account, its branch, one history row per transaction."""
+
+    def __init__(self, dsn: str, rate: float, seconds: float, accounts: int) -> None:
+        self.dsn, self.rate, self.seconds, self.accounts = dsn, rate, seconds, accounts
+        self.transactions = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import random
+
+        rng = random.Random(1)
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                started = time.monotonic()
+                while (due := started + self.transactions / self.rate) < started + self.seconds:
+                    if (pause := due - time.monotonic()) > 0:
+                        time.sleep(pause)
+                    aid, delta = rng.randint(1, self.accounts), rng.randint(-5000, 5000)
+                    bid = 1 + aid % 10
+                    with conn.transaction():
+                        conn.execute("UPDATE accounts SET abalance = abalance + %s WHERE aid = %s", (delta, aid))
+                        conn.execute("UPDATE branches SET bbalance = bbalance + %s WHERE bid = %s", (delta, bid))
+                        conn.execute("INSERT INTO history (aid, bid, delta, mtime) VALUES (%s, %s, %s,"
+                                     " clock_timestamp())", (aid, bid, delta))  # fmt: skip
+                    self.transactions += 1
+        except BaseException as exc:  # reported by the caller
+            self.error = exc
+
+
+def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rate: float, seconds: float,
+              trigger: float) -> tuple[list[Row], dict[str, float]]:  # fmt: skip
+    """The streaming scenario: fixed-rate writes while run_pipeline streams; lag sampled from Delta."""
+    from walspark.cli.run import run_pipeline
+    from walspark.source.slots import create_slot
+
+    accounts = 100_000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE branches (bid int PRIMARY KEY, bbalance bigint NOT NULL, filler char(88))")
+        conn.execute("CREATE TABLE accounts (aid int PRIMARY KEY, bid int NOT NULL, abalance bigint NOT NULL,"
+                     " filler char(84))")  # fmt: skip
+        conn.execute("CREATE TABLE history (hid bigserial PRIMARY KEY, aid int, bid int, delta int,"
+                     " mtime timestamptz)")  # fmt: skip
+        conn.execute("INSERT INTO branches SELECT g, 0, '' FROM generate_series(1, 10) g")
+        conn.execute("INSERT INTO accounts SELECT g, 1 + g %% 10, 0, '' FROM generate_series(1, %s) g", (accounts,))
+        conn.execute("CREATE PUBLICATION bench_pub FOR TABLE branches, accounts, history")
+    # The initial rows go through the snapshot (run_pipeline creates the slot), untimed: the
+    # figure is about the stream. pg_recvlogical's slot is created once the snapshot is done.
+    target = f"{tmp}/sustained"
+    settings = pipeline_settings(dsn, "bench_pub", "bench_slot", target, trigger_seconds=trigger)
+    runner_error: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            run_pipeline(spark, settings, say=log)
+        except BaseException as exc:  # reported below
+            runner_error.append(exc)
+
+    thread = threading.Thread(target=runner, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 600
+    while not spark.streams.active:
+        if runner_error or time.monotonic() > deadline:
+            raise SystemExit(f"sustained: the pipeline did not start: {runner_error}")
+        time.sleep(0.2)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        create_slot(conn, "bench_recv")
+    log(f"sustained: streaming; writing {rate:g} txn/s for {seconds:g} s")
+    writer = Bench(dsn, rate, seconds, accounts)
+    history_path = f"{target}/public/history"
+    started = time.perf_counter()
+    writer.thread.start()
+    lags: list[float] = []
+    while writer.thread.is_alive():
+        time.sleep(2.0)
+        newest = _newest_micros(spark, history_path)
+        if newest is not None:
+            lags.append(time.time() - newest / 1e6)
+    written_at = time.perf_counter()
+    if writer.error:
+        raise SystemExit(f"sustained: the writer failed: {writer.error!r}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        source_history = conn.execute("SELECT count(*) FROM history").fetchone()[0]  # type: ignore[index]
+        endpos = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+    log("sustained: writes done; waiting for the pipeline to drain")
+    deadline = time.monotonic() + 900
+    while _count(spark, history_path) < source_history:
+        if runner_error or time.monotonic() > deadline:
+            raise SystemExit(f"sustained: the pipeline did not drain: {runner_error}")
+        time.sleep(0.5)
+    drained_at = time.perf_counter()
+    for query in spark.streams.active:
+        query.stop()
+    thread.join(120)
+    changes = 3 * writer.transactions
+    server = recvlogical(pg, dsn, "bench_recv", "bench_pub", endpos)
+    rows = [
+        Row("sustained", "workload (offered)", changes, written_at - started,
+            f"{writer.transactions:,} txns at {writer.transactions / (written_at - started):.1f} txn/s"),
+        Row("sustained", "pg_recvlogical → /dev/null", changes, server, "same changes, afterwards, from a second slot"),
+        Row("sustained", "walspark run → Delta", changes, drained_at - started,
+            f"trigger {trigger:g} s; until the last row was visible"),
+    ]
+    lag = {"p50": _pct(lags, 50), "p95": _pct(lags, 95), "max": max(lags) if lags else float("nan"),
+           "drain": drained_at - written_at, "samples": float(len(lags))}  # fmt: skip
+    return rows, lag
+
+
+def _newest_micros(spark: SparkSession, path: str) -> int | None:
+    try:
+        return spark.read.format("delta").load(path).selectExpr("max(unix_micros(mtime))").first()[0]
+    except Exception:  # noqa: BLE001 - the table may not exist before the first batch
+        return None
+
+
+def _count(spark: SparkSession, path: str) -> int:
+    try:
+        return spark.read.format("delta").load(path).count()
+    except Exception:  # noqa: BLE001 - not created yet
+        return 0
+
+
+def _pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+def print_table(rows: list[Row]) -> None:
+    print("| scenario | path | changes | seconds | changes/s | note |")
+    print("|---|---|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r.scenario} | {r.path} | {r.changes:,} | {r.seconds:.2f} | {r.rate:,.0f} | {r.note} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="bulk: rows inserted (default 1,000,000)")
+    parser.add_argument("--txns", type=int, default=4, help="bulk: transactions they are inserted in (default 4)")
+    parser.add_argument("--rate", type=float, default=100.0, help="sustained: transactions/s (default 100)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="sustained: seconds of writes (default 60)")
+    parser.add_argument("--trigger", type=float, default=1.0, help="sustained: trigger interval (default 1 s)")
+    parser.add_argument("--only", choices=("bulk", "sustained"), default=None, help="run one scenario")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    args = parser.parse_args()
+
+    from walspark.embedded.postgres import EmbeddedPostgres
+    from walspark.spark.session import spark_session
+
+    with EmbeddedPostgres(settings={"max_wal_size": "8GB", "shared_buffers": "512MB"}) as pg, \
+            tempfile.TemporaryDirectory(prefix="walspark-bench-e2e-") as tmp:  # fmt: skip
+        dsn = pg.dsn()
+        spark = spark_session("walspark-bench-e2e", master=args.master)
+        log("warm-up pipeline")
+        warm_up(spark, dsn, tmp)
+        results: list[Row] = []
+        lag: dict[str, float] | None = None
+        if args.only in (None, "bulk"):
+            results += bulk(spark, pg, dsn, tmp, args.rows, args.txns)
+        if args.only in (None, "sustained"):
+            rows, lag = sustained(spark, pg, dsn, tmp, args.rate, args.seconds, args.trigger)
+            results += rows
+        spark.stop()
+    print_table(results)
+    for scenario in ("bulk", "sustained"):
+        server = next((r for r in results if r.scenario == scenario and r.path.startswith("pg_recvlogical")), None)
+        ours = next((r for r in results if r.scenario == scenario and r.path.startswith("walspark")), None)
+        if server and ours:
+            print(f"\n{scenario}: walspark / pg_recvlogical = {ours.rate / server.rate:.3f}"
+                  f" ({ours.rate:,.0f} vs {server.rate:,.0f} changes/s)")  # fmt: skip
+    if lag is not None:
+        print(f"\nsustained lag (now − newest row visible in Delta, {int(lag['samples'])} samples every 2 s):"
+              f" p50 {lag['p50']:.2f} s, p95 {lag['p95']:.2f} s, max {lag['max']:.2f} s;"
+              f" drain after the writes stopped {lag['drain']:.2f} s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
