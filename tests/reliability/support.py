@@ -1,0 +1,272 @@
+"""Helpers of the reliability suite: the shop, a harsher workload, the oracle, the pipeline process.
+
+The source schema, its seed rows and the canonical per-type comparison are the demo's
+(:mod:`walspark.demo`): the demo already proves them on the same pipeline, and a second copy
+would drift. What the crash tests add is what the demo's workload never does — truncates, and
+updates that *rewrite* a TOASTed value (the demo only leaves its large notes untouched) — and a
+comparison that reports the differing rows, not only checksums, so a failure says which key went
+wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from walspark.demo import _CANONICAL, PUBLICATION, TABLES, Workload, create_shop
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+
+__all__ = ["PUBLICATION", "SLOT", "CrashWorkload", "Pipeline", "create_shop", "delta_batches", "mismatches",
+           "pipeline_state", "repeated_batches"]
+
+SLOT = "crash_slot"
+
+
+class CrashWorkload(Workload):
+    """The demo's shop workload plus truncates and TOAST rewrites.
+
+    Every ``truncate_every``-th transaction (on average) truncates ``order_items`` or both
+    ``orders`` and ``order_items`` — the apply step must empty the target at the truncate's position
+    in the batch, which the demo never exercises. One transaction in ten rewrites an order's large
+    note (a new TOASTed value, so the new value must arrive, not the target's old one), while the
+    demo's own status updates keep leaving notes untouched (unchanged-TOAST markers).
+    With ``one_truncate_per_batch`` (default) a truncate waits for the previous one to be
+    confirmed: see :meth:`_may_truncate`.
+    """
+
+    def __init__(self, dsn: str, *, rate: float = 25.0, seed: int = 7, truncate_every: int = 400,
+                 one_truncate_per_batch: bool = True) -> None:  # fmt: skip
+        super().__init__(dsn, rate=rate, seed=seed)
+        self.truncate_every = truncate_every
+        self.one_truncate_per_batch = one_truncate_per_batch
+        self.truncates = 0
+        self._last_truncate: str | None = None
+
+    def _may_truncate(self, conn: psycopg.Connection) -> bool:
+        """Whether a truncate now cannot share a micro-batch with the previous one.
+
+        Works around a bug in ``walspark.spark.apply._facts_from_row`` (``sorted`` over
+        ``Truncate`` objects that have no ordering: a batch holding two truncates of one table
+        fails with ``TypeError`` on every replay, so the pipeline can never pass it): the next
+        truncate waits until the slot is confirmed past the previous one, i.e. until the batch
+        holding it is committed. ``test_two_truncates_of_one_table_in_one_batch`` reproduces the bug.
+        """
+        if not self.one_truncate_per_batch or self._last_truncate is None:
+            return True
+        row = conn.execute("SELECT confirmed_flush_lsn > %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                           (self._last_truncate, SLOT)).fetchone()  # fmt: skip
+        return bool(row and row[0])
+
+    def _one(self, conn: psycopg.Connection, next_order: int) -> int:
+        rng = self._rng
+        roll = rng.random()
+        if roll < 1.0 / self.truncate_every:
+            if not self._may_truncate(conn):
+                return next_order
+            tables = "shop.order_items" if rng.random() < 0.6 else "shop.order_items, shop.orders"
+            conn.execute(f"TRUNCATE {tables}")
+            self._last_truncate = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+            self.truncates += 1
+            return next_order
+        if roll < 0.1:  # a TOASTed note rewritten (touched), on an order that may or may not have one
+            conn.execute(
+                "UPDATE shop.orders SET note = repeat(%s, 3000), total = total + 1 WHERE id = %s",
+                (f"rewritten {rng.randrange(1 << 30)} ", rng.randint(max(1, next_order - 500), next_order - 1)),
+            )
+            return next_order
+        return super()._one(conn, next_order)
+
+
+# -- the oracle -------------------------------------------------------------------------------
+
+
+def table_rows(conn: psycopg.Connection, spark: SparkSession, target: str, table: str) -> tuple[list, list]:
+    """(source rows, Delta rows) of one shop table, canonical per column, sorted by key.
+
+    The Delta side is read with plain ``spark.read.format("delta")``: the oracle must not share a
+    code path with what it checks.
+    """
+    keys, canonical = _CANONICAL[table]
+    columns = [name for (name,) in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
+        " ORDER BY attnum", (f"shop.{table}",)).fetchall()]  # fmt: skip
+    pg_cols = ", ".join(canonical.get(c, (c, c))[0] for c in columns)
+    spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
+    source = [tuple(r) for r in conn.execute(f"SELECT {pg_cols} FROM shop.{table} ORDER BY {', '.join(keys)}")]
+    frame = spark.read.format("delta").load(f"{target}/shop/{table}")
+    target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
+    return source, target_rows
+
+
+def mismatches(conn: psycopg.Connection, spark: SparkSession, target: str) -> dict[str, dict[str, object]]:
+    """Per shop table that differs: row counts and a few rows only in the source / only in Delta.
+
+    Empty when every Delta table equals ``SELECT *`` of its source, row by row.
+    """
+    out: dict[str, dict[str, object]] = {}
+    for table in TABLES:
+        source, target_rows = table_rows(conn, spark, target, table)
+        if source == target_rows:
+            continue
+        src, tgt = Counter(map(repr, source)), Counter(map(repr, target_rows))
+        out[table] = {
+            "source_rows": len(source),
+            "target_rows": len(target_rows),
+            "only_in_source": [r[:300] for r in list((src - tgt).elements())[:3]],
+            "only_in_delta": [r[:300] for r in list((tgt - src).elements())[:3]],
+        }
+    return out
+
+
+def delta_batches(spark: SparkSession, target: str) -> list[tuple[str, int, str]]:
+    """(table, batch_id, commit_lsn) of every Delta commit that carries walspark's batch note."""
+    out = []
+    for table in TABLES:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{target}/shop/{table}`").select("userMetadata").collect()
+        for (meta,) in history:
+            if not meta:
+                continue
+            note = json.loads(meta)
+            if "batch_id" in note:
+                out.append((table, int(note["batch_id"]), str(note.get("commit_lsn"))))
+    return out
+
+
+def repeated_batches(batches: Sequence[tuple[str, int, str]]) -> list[tuple[str, int]]:
+    """The (table, batch_id) pairs committed more than once — a batch applied twice."""
+    counts = Counter((table, batch) for table, batch, _ in batches)
+    return sorted(pair for pair, n in counts.items() if n > 1)
+
+
+# -- the pipeline as a process ----------------------------------------------------------------
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def _batch_ids(folder: Path) -> set[int]:
+    return {int(f.name) for f in folder.iterdir() if f.name.isdigit()} if folder.exists() else set()
+
+
+def pipeline_state(dsn: str, target: Path, slot: str = SLOT) -> str:
+    """Where a kill at this instant lands, as far as the files and the slot tell.
+
+    - ``snapshot``: the snapshot record is missing or not complete (copy under way);
+    - ``mid-batch``: a batch is planned in the offset log but not in the commit log — its Delta
+      writes may be partly done;
+    - ``written, slot behind``: every planned batch is committed but the slot is confirmed below
+      the last batch's end (Spark confirms a batch only when it plans the next one) — the window
+      between the Delta write and the slot confirm;
+    - ``idle``: everything written and confirmed.
+    """
+    import psycopg
+
+    record = target / "_walspark" / "snapshot.json"
+    if not record.exists() or json.loads(record.read_text()).get("state") != "complete":
+        return "snapshot"
+    checkpoint = target / "_walspark" / "checkpoints" / slot
+    offsets, commits = _batch_ids(checkpoint / "offsets"), _batch_ids(checkpoint / "commits")
+    if offsets - commits:
+        return "mid-batch"
+    if not commits:
+        return "idle"
+    last = max(commits)
+    try:
+        lines = (checkpoint / "offsets" / str(last)).read_text().splitlines()
+        end = max(_lsn(json.loads(line)["lsn"]) for line in lines[2:] if line.startswith("{") and '"lsn"' in line)
+    except (OSError, ValueError, KeyError):
+        return "written"
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                           (slot,)).fetchone()  # fmt: skip
+    return "written, slot behind" if row and _lsn(row[0]) < end else "idle"
+
+
+def committed_batches(target: Path, slot: str = SLOT) -> int:
+    """Batches in the run's checkpoint commit log (progress the pipeline made and recorded)."""
+    return len(_batch_ids(target / "_walspark" / "checkpoints" / slot / "commits"))
+
+
+@dataclass
+class Pipeline:
+    """``walspark run`` as a child process in its own session, so a SIGKILL takes its JVM too.
+
+    ``python -m walspark.cli run`` starts a Spark JVM (and Python workers) below it; killing only
+    the Python process would leave the JVM holding the slot. The child is the leader of a new
+    process group, and :meth:`kill` sends SIGKILL to the whole group.
+    """
+
+    dsn: str
+    target: Path
+    logs: Path
+    trigger_seconds: float = 0.5
+    slot: str = SLOT
+    runs: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, once: bool = False) -> subprocess.Popen[bytes]:
+        self.runs += 1
+        args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", self.dsn, "--publication", PUBLICATION,
+                "--slot", self.slot, "--target", str(self.target), "--trigger-seconds", str(self.trigger_seconds),
+                "--master", "local[2]"]  # fmt: skip
+        if once:
+            args.append("--once")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.logs / f"run-{self.runs}.log", "wb") as log:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        return self.proc
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the run and everything it started (no shutdown hook, no clean stop)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+    def wait(self, timeout: float) -> int:
+        """Wait for a ``--once`` run to exit; its exit code (killed and failed past ``timeout``)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"walspark run did not exit within {timeout:.0f} s; see {self.log_tail()}") from None
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = self.logs / f"run-{self.runs}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+def wait_for(condition, *, timeout: float, what: str, pipeline: Pipeline | None = None,  # type: ignore[no-untyped-def]
+             poll: float = 0.1) -> None:
+    """Poll ``condition`` until true; fail with the run's log if the deadline passes or it died."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if pipeline is not None and not pipeline.alive():
+            raise AssertionError(f"walspark run exited while waiting for {what}:\n{pipeline.log_tail()}")
+        if time.monotonic() > deadline:
+            tail = pipeline.log_tail() if pipeline is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
+        time.sleep(poll)

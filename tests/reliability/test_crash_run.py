@@ -1,0 +1,160 @@
+"""SIGKILL ``walspark run`` at random points under a live workload: the target still equals the source.
+
+Issue 7's second acceptance line and issue 9's crash bullet. The whole pipeline runs as
+``python -m walspark.cli run`` in its own process group (driver, Spark JVM, Python workers), so a
+SIGKILL leaves nothing behind to clean up — exactly like a machine losing power, minus the disk.
+The first kill lands 0-6 s after the snapshot starts; later ones alternate between a random delay
+once the run streams (mostly the middle of a micro-batch: planned in the offset log, not yet in the
+commit log) and the window after a batch's Delta writes and commit-log entry but before the slot
+confirm (Spark confirms batch N only when it plans N+1), found by polling. The state seen at each
+kill is printed, so a run shows which windows it hit.
+
+After the last restart the workload stops and ``walspark run --once`` drains the slot; then every
+Delta table, read with plain Spark, must equal ``SELECT *`` of its source row by row, and no
+(table, batch id) may appear twice among the MERGE commits' notes.
+
+``WALSPARK_CRASH_KILLS`` sets the number of kills (3 by default, the bounded CI version);
+``WALSPARK_CRASH_SEED`` replays a run's delays.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from .support import (
+    SLOT,
+    CrashWorkload,
+    Pipeline,
+    committed_batches,
+    create_shop,
+    delta_batches,
+    mismatches,
+    pipeline_state,
+    repeated_batches,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+#: Deadlines, not expectations: on a 2-core host shared with other suites a JVM start takes 20-30 s
+#: and one micro-batch over a minute's backlog has been seen to take 100 s.
+START_TIMEOUT = 600.0
+ONCE_TIMEOUT = 900.0
+
+
+def _snapshot_started(target: Path) -> bool:
+    return (target / "_walspark" / "snapshot.json").exists()
+
+
+def _wait_for_state(dsn: str, target: Path, pipeline: Pipeline, state: str, *, timeout: float) -> None:
+    """Poll until the run is in ``state`` (or the deadline passes: then the kill lands wherever it is)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pipeline.alive() and pipeline_state(dsn, target) != state:
+        time.sleep(0.02)
+
+
+def _drain_and_check(dsn: str, spark, pipeline: Pipeline, work: CrashWorkload) -> None:  # type: ignore[no-untyped-def]
+    """Stop writing, let ``--once`` apply everything, then the oracle and the no-double-batch check."""
+    work.stop()
+    pipeline.start(once=True)
+    code = pipeline.wait(ONCE_TIMEOUT)
+    assert code == 0, f"walspark run --once exited {code}:\n{pipeline.log_tail()}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        diff = mismatches(conn, spark, str(pipeline.target))
+    assert not diff, f"Delta differs from the source: {diff}"
+    batches = delta_batches(spark, str(pipeline.target))
+    assert not repeated_batches(batches), f"batches applied twice: {repeated_batches(batches)}"
+
+
+def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_path):
+    kills = int(os.environ.get("WALSPARK_CRASH_KILLS", "3"))
+    seed = int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    print(f"kills={kills} seed={seed}")
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        create_shop(conn, customers=2000, products=300, orders=3000)
+    target = tmp_path / "lake"
+    pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
+    work = CrashWorkload(pg18_dsn, rate=15.0, seed=seed).start()
+    landed: list[str] = []
+    try:
+        for kill in range(kills):
+            pipeline.start()
+            if kill == 0:
+                # The first kill: 0-6 s after the snapshot record appears (inside the copy or just after).
+                wait_for(lambda: _snapshot_started(target), timeout=START_TIMEOUT, what="the snapshot", pipeline=pipeline)
+                time.sleep(rng.uniform(0.0, 6.0))
+            else:
+                # Later kills: once the run has committed a new batch (it is streaming, not only
+                # starting its JVM), a random delay of a few trigger intervals — or, every other
+                # kill, the moment a batch is in Delta and the commit log but the slot is not yet
+                # confirmed past it (the window a random delay rarely hits on a slow host).
+                before = committed_batches(target)
+                wait_for(lambda: committed_batches(target) > before, timeout=START_TIMEOUT,
+                         what="a new committed batch", pipeline=pipeline)  # fmt: skip
+                if kill % 2 == 0:
+                    _wait_for_state(pg18_dsn, target, pipeline, "written, slot behind", timeout=120.0)
+                else:
+                    time.sleep(rng.uniform(0.0, 3.0))
+            landed.append(pipeline_state(pg18_dsn, target))
+            pipeline.kill()
+            print(f"kill {kill + 1}: {landed[-1]} (workload: {work.transactions} txns, {work.truncates} truncates)")
+        _drain_and_check(pg18_dsn, spark, pipeline, work)
+    finally:
+        pipeline.kill()
+        work.stop()
+    print(f"kills landed: {landed}; workload {work.transactions} transactions, {work.truncates} truncates; "
+          f"{pipeline.runs} runs; equality held")
+
+
+def test_sigkill_during_the_snapshot_then_rerun_is_complete(spark, pg18_dsn, tmp_path):
+    """A kill in the first seconds of the snapshot: the rerun redoes it, and nothing is missing."""
+    rng = random.Random(int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30)))))
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        create_shop(conn, customers=2000, products=300, orders=3000)
+    target = tmp_path / "lake"
+    pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
+    work = CrashWorkload(pg18_dsn, rate=25.0, seed=11).start()
+    try:
+        pipeline.start()
+        wait_for(lambda: _snapshot_started(target), timeout=START_TIMEOUT, what="the snapshot", pipeline=pipeline)
+        time.sleep(rng.uniform(0.0, 0.5))
+        state = pipeline_state(pg18_dsn, target)
+        pipeline.kill()
+        print(f"killed in state: {state}")
+        assert state == "snapshot", "the kill was meant to land inside the snapshot"
+        _drain_and_check(pg18_dsn, spark, pipeline, work)
+    finally:
+        pipeline.kill()
+        work.stop()
+
+
+@pytest.mark.xfail(strict=True, raises=StreamingQueryException, reason=(
+    "bug in walspark.spark.apply._facts_from_row: sorted() over Truncate objects (a dataclass without "
+    "order=True) raises TypeError when one batch holds two truncates of the same table; every replay of the "
+    "batch fails the same way, so the pipeline can never get past it"))
+def test_two_truncates_of_one_table_in_one_batch(spark, pg18_dsn, tmp_path):
+    """Two truncates of one table committed between two runs: one ``--once`` batch applies both."""
+    from walspark.cli.run import RunSettings, run_pipeline
+
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION tpub FOR TABLE t")
+        settings = RunSettings(pg18_dsn, "tpub", "tslot", str(tmp_path / "lake"), once=True)
+        run_pipeline(spark, settings)  # the snapshot (empty), the slot
+        conn.execute("INSERT INTO t SELECT g, 'a' FROM generate_series(1, 10) g")
+        conn.execute("TRUNCATE t")
+        conn.execute("INSERT INTO t SELECT g, 'b' FROM generate_series(11, 20) g")
+        conn.execute("TRUNCATE t")
+        conn.execute("INSERT INTO t SELECT g, 'c' FROM generate_series(21, 25) g")
+        run_pipeline(spark, settings)
+        want = sorted(tuple(r) for r in conn.execute("SELECT id, v FROM t"))
+    got = sorted(tuple(r) for r in spark.read.format("delta").load(str(tmp_path / "lake" / "public" / "t")).collect())
+    assert got == want
