@@ -70,7 +70,9 @@ def _drain_and_check(dsn: str, spark, pipeline: Pipeline, work: CrashWorkload) -
         diff = mismatches(conn, spark, str(pipeline.target))
     assert not diff, f"Delta differs from the source: {diff}"
     batches = delta_batches(spark, str(pipeline.target))
+    assert batches, "no MERGE commit carries a batch note: the no-double-apply check would be vacuous"
     assert not repeated_batches(batches), f"batches applied twice: {repeated_batches(batches)}"
+    print(f"{len(batches)} MERGE commits with batch notes, batch ids {sorted({b for _, b, _ in batches})}, none twice")
 
 
 def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_path):
