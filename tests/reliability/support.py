@@ -162,12 +162,34 @@ def _batch_ids(folder: Path) -> set[int]:
     return {int(f.name) for f in folder.iterdir() if f.name.isdigit()} if folder.exists() else set()
 
 
+def _delta_has_batch(target: Path, batch_id: int) -> bool:
+    """Whether any shop table's Delta log already holds a commit noted with ``batch_id``.
+
+    Read from the log files (not Spark): cheap enough to poll while the run is alive.
+    """
+    needle = f'\\"batch_id\\": {batch_id},'
+    for table in TABLES:
+        log = target / "shop" / table / "_delta_log"
+        if not log.exists():
+            continue
+        for entry in log.glob("*.json"):
+            try:
+                if needle in entry.read_text():
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def pipeline_state(dsn: str, target: Path, slot: str = SLOT) -> str:
     """Where a kill at this instant lands, as far as the files and the slot tell.
 
     - ``snapshot``: the snapshot record is missing or not complete (copy under way);
-    - ``mid-batch``: a batch is planned in the offset log but not in the commit log — its Delta
-      writes may be partly done;
+    - ``mid-batch``: a batch is planned in the offset log but not in the commit log, none of its
+      MERGEs committed yet;
+    - ``mid-batch, Delta written``: the same, but at least one table's MERGE of that batch is
+      already in Delta — the window between the Delta write and the commit log / slot confirm,
+      where a restart must skip the replayed MERGE;
     - ``written, slot behind``: every planned batch is committed but the slot is confirmed below
       the last batch's end (Spark confirms a batch only when it plans the next one) — the window
       between the Delta write and the slot confirm;
@@ -181,7 +203,8 @@ def pipeline_state(dsn: str, target: Path, slot: str = SLOT) -> str:
     checkpoint = target / "_walspark" / "checkpoints" / slot
     offsets, commits = _batch_ids(checkpoint / "offsets"), _batch_ids(checkpoint / "commits")
     if offsets - commits:
-        return "mid-batch"
+        pending = min(offsets - commits)
+        return "mid-batch, Delta written" if _delta_has_batch(target, pending) else "mid-batch"
     if not commits:
         return "idle"
     last = max(commits)

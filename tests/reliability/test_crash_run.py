@@ -5,8 +5,8 @@ Issue 7's second acceptance line and issue 9's crash bullet. The whole pipeline 
 SIGKILL leaves nothing behind to clean up — exactly like a machine losing power, minus the disk.
 The first kill lands 0-6 s after the snapshot starts; later ones alternate between a random delay
 once the run streams (mostly the middle of a micro-batch: planned in the offset log, not yet in the
-commit log) and the window after a batch's Delta writes and commit-log entry but before the slot
-confirm (Spark confirms batch N only when it plans N+1), found by polling. The state seen at each
+commit log) and the window after a batch's first Delta MERGE commit but before its commit-log entry and the
+slot confirm (Spark confirms batch N only when it plans N+1), found by polling the Delta logs. The state seen at each
 kill is printed, so a run shows which windows it hit.
 
 After the last restart the workload stops and ``walspark run --once`` drains the slot; then every
@@ -96,13 +96,13 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
             else:
                 # Later kills: once the run has committed a new batch (it is streaming, not only
                 # starting its JVM), a random delay of a few trigger intervals — or, every other
-                # kill, the moment a batch is in Delta and the commit log but the slot is not yet
-                # confirmed past it (the window a random delay rarely hits on a slow host).
+                # kill, the moment a batch's MERGE is in Delta but the batch is not yet in the
+                # commit log nor the slot confirmed (a window a random delay rarely hits).
                 before = committed_batches(target)
                 wait_for(lambda: committed_batches(target) > before, timeout=START_TIMEOUT,
                          what="a new committed batch", pipeline=pipeline)  # fmt: skip
                 if kill % 2 == 0:
-                    _wait_for_state(pg18_dsn, target, pipeline, "written, slot behind", timeout=120.0)
+                    _wait_for_state(pg18_dsn, target, pipeline, "mid-batch, Delta written", timeout=180.0)
                 else:
                     time.sleep(rng.uniform(0.0, 3.0))
             landed.append(pipeline_state(pg18_dsn, target))
