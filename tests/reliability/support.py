@@ -42,42 +42,19 @@ class CrashWorkload(Workload):
     in the batch, which the demo never exercises. One transaction in ten rewrites an order's large
     note (a new TOASTed value, so the new value must arrive, not the target's old one), while the
     demo's own status updates keep leaving notes untouched (unchanged-TOAST markers).
-    With ``one_truncate_per_batch`` (default) a truncate waits for the previous one to be
-    confirmed: see :meth:`_may_truncate`.
     """
 
-    def __init__(self, dsn: str, *, rate: float = 25.0, seed: int = 7, truncate_every: int = 400,
-                 one_truncate_per_batch: bool = True) -> None:  # fmt: skip
+    def __init__(self, dsn: str, *, rate: float = 25.0, seed: int = 7, truncate_every: int = 400) -> None:
         super().__init__(dsn, rate=rate, seed=seed)
         self.truncate_every = truncate_every
-        self.one_truncate_per_batch = one_truncate_per_batch
         self.truncates = 0
-        self._last_truncate: str | None = None
-
-    def _may_truncate(self, conn: psycopg.Connection) -> bool:
-        """Whether a truncate now cannot share a micro-batch with the previous one.
-
-        Works around a bug in ``walspark.spark.apply._facts_from_row`` (``sorted`` over
-        ``Truncate`` objects that have no ordering: a batch holding two truncates of one table
-        fails with ``TypeError`` on every replay, so the pipeline can never pass it): the next
-        truncate waits until the slot is confirmed past the previous one, i.e. until the batch
-        holding it is committed. ``test_two_truncates_of_one_table_in_one_batch`` reproduces the bug.
-        """
-        if not self.one_truncate_per_batch or self._last_truncate is None:
-            return True
-        row = conn.execute("SELECT confirmed_flush_lsn > %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                           (self._last_truncate, SLOT)).fetchone()  # fmt: skip
-        return bool(row and row[0])
 
     def _one(self, conn: psycopg.Connection, next_order: int) -> int:
         rng = self._rng
         roll = rng.random()
         if roll < 1.0 / self.truncate_every:
-            if not self._may_truncate(conn):
-                return next_order
             tables = "shop.order_items" if rng.random() < 0.6 else "shop.order_items, shop.orders"
             conn.execute(f"TRUNCATE {tables}")
-            self._last_truncate = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
             self.truncates += 1
             return next_order
         if roll < 0.1:  # a TOASTed note rewritten (touched), on an order that may or may not have one

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from .support import (
     SLOT,
@@ -138,12 +137,12 @@ def test_sigkill_during_the_snapshot_then_rerun_is_complete(spark, pg18_dsn, tmp
         work.stop()
 
 
-@pytest.mark.xfail(strict=True, raises=StreamingQueryException, reason=(
-    "bug in walspark.spark.apply._facts_from_row: sorted() over Truncate objects (a dataclass without "
-    "order=True) raises TypeError when one batch holds two truncates of the same table; every replay of the "
-    "batch fails the same way, so the pipeline can never get past it"))
 def test_two_truncates_of_one_table_in_one_batch(spark, pg18_dsn, tmp_path):
-    """Two truncates of one table committed between two runs: one ``--once`` batch applies both."""
+    """Two truncates of one table committed between two runs: one ``--once`` batch applies both.
+
+    (Once a bug: the batch's truncates were sorted as unorderable objects, and every replay of
+    the batch failed, so the pipeline could never pass it.)
+    """
     from walspark.cli.run import RunSettings, run_pipeline
 
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:

@@ -213,7 +213,8 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
 
 
 def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
-    truncates = tuple(sorted(Truncate(t[0], t[1], t[2]) for t in row["truncs"]))
+    truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
+                             key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
     return BatchFacts(
         schema=table[0],
         table=table[1],
