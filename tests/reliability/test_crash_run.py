@@ -28,7 +28,6 @@ import psycopg
 import pytest
 
 from .support import (
-    SLOT,
     CrashWorkload,
     Pipeline,
     committed_batches,
