@@ -105,8 +105,19 @@ class TupleData:
 # --------------------------------------------------------------------------- transaction control
 
 
+class _CommitTime:
+    """``commit_time``: the ``commit_timestamp`` field as an aware datetime (UTC), on request."""
+
+    __slots__ = ()
+    commit_timestamp: int
+
+    @property
+    def commit_time(self) -> datetime:
+        return pg_timestamp_to_datetime(self.commit_timestamp)
+
+
 @dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(_CommitTime):
     """``B``: start of a (non-streamed) transaction."""
 
     KIND: ClassVar[str] = "B"
@@ -115,13 +126,9 @@ class Begin:
     commit_timestamp: int
     xid: int
 
-    @property
-    def commit_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.commit_timestamp)
-
 
 @dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(_CommitTime):
     """``C``: end of a (non-streamed) transaction. The flags byte must be 0 and is not kept."""
 
     KIND: ClassVar[str] = "C"
@@ -129,10 +136,6 @@ class Commit:
     commit_lsn: int
     end_lsn: int
     commit_timestamp: int
-
-    @property
-    def commit_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.commit_timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +316,7 @@ class StreamStop:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamCommit:
+class StreamCommit(_CommitTime):
     """``c``: a streamed transaction committed. The flags byte must be 0 and is not kept."""
 
     KIND: ClassVar[str] = "c"
@@ -322,10 +325,6 @@ class StreamCommit:
     commit_lsn: int
     end_lsn: int
     commit_timestamp: int
-
-    @property
-    def commit_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.commit_timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +382,7 @@ class Prepare(_PrepareLayout):
 
 
 @dataclass(frozen=True, slots=True)
-class CommitPrepared:
+class CommitPrepared(_CommitTime):
     """``K``: COMMIT PREPARED. The flags byte must be 0 and is not kept."""
 
     KIND: ClassVar[str] = "K"
@@ -393,10 +392,6 @@ class CommitPrepared:
     commit_timestamp: int
     xid: int
     gid: str
-
-    @property
-    def commit_time(self) -> datetime:
-        return pg_timestamp_to_datetime(self.commit_timestamp)
 
 
 @dataclass(frozen=True, slots=True)
