@@ -46,7 +46,7 @@ from walspark.protocol import (
     StreamStop,
 )
 
-from .spill import Entry, TxnBuffer
+from .spill import Entry, SpillError, TxnBuffer
 
 #: Default memory budget for buffered transaction messages (bytes).
 DEFAULT_MEMORY_BUDGET = 256 * 1024 * 1024
@@ -88,8 +88,19 @@ class CommittedTransaction:
     _buffer: TxnBuffer = field(repr=False, compare=False)
 
     def messages(self) -> Iterator[tuple[int, bool, bytes]]:
-        for lsn, in_stream, _subxid, data in self._buffer:
-            yield lsn, in_stream, data
+        """The data messages; a :class:`~.spill.SpillError` here releases the transaction.
+
+        A spilled transaction's last writes reach the disk only when it is read back, so a full
+        disk can surface here, after the commit. The transaction is then unreadable: its spill
+        file is deleted at once rather than left on the full disk for a consumer that is
+        unwinding from the error and may never call :meth:`release`.
+        """
+        try:
+            for lsn, in_stream, _subxid, data in self._buffer:
+                yield lsn, in_stream, data
+        except SpillError:
+            self._buffer.close()
+            raise
 
     def release(self) -> None:
         """Free the memory or spill file behind this transaction (call when done with it)."""
@@ -149,11 +160,31 @@ class TransactionAssembler:
         self.memory_bytes = 0
         self.peak_memory_bytes = 0
         self.spilled_transactions = 0
+        self._failed: SpillError | None = None
 
     # -- feeding --------------------------------------------------------------------------------
 
     def feed(self, lsn: int, data: bytes) -> list[Event]:
-        """Take one message; return the transactions (or standalone messages) it completes."""
+        """Take one message; return the transactions (or standalone messages) it completes.
+
+        A :class:`~.spill.SpillError` (spill disk full, say) loses part of an open transaction.
+        The partly received transactions are released at once — their spill files deleted, not
+        left on the full disk — and the assembler stays failed (every later ``feed`` raises the
+        same error) until :meth:`reset`: carrying on would turn the rest of a transaction into
+        garbage, or worse, let a later Stream Commit publish a streamed transaction whose changes
+        were lost as an empty one. The consumer stops, or reconnects: the server then resends
+        everything after the confirmed position, the failed transaction whole.
+        """
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return self._feed(lsn, data)
+        except SpillError as exc:
+            self.reset()
+            self._failed = exc
+            raise
+
+    def _feed(self, lsn: int, data: bytes) -> list[Event]:
         kind = data[0] if data else -1
         if kind in _DATA_KINDS:
             return self._data(lsn, data, kind)
@@ -383,6 +414,7 @@ class TransactionAssembler:
         self._streamed.clear()
         self._orphan_schema.clear()
         self._decoder = Decoder(self._decoder.protocol_version, streaming_parallel=self._decoder.streaming_parallel)
+        self._failed = None
 
     def close(self) -> None:
         """Drop everything, prepared transactions included, and the spill directory if ours."""

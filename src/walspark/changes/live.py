@@ -85,6 +85,12 @@ class LiveTransactions:
         self.stream.confirm(end_lsn if floor is None else min(end_lsn, floor))
 
     def close(self) -> None:
-        if self.assembler is not None:
-            self.assembler.close()
-        self.stream.close()
+        """Drop the buffered transactions and close the stream — the stream even if the first fails.
+
+        A stream left open keeps its slot active: a restarted consumer could not take it over.
+        """
+        try:
+            if self.assembler is not None:
+                self.assembler.close()
+        finally:
+            self.stream.close()

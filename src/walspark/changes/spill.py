@@ -13,6 +13,7 @@ process, deleted when the transaction ends.
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Iterator
@@ -30,7 +31,35 @@ Entry = tuple[int, bool, int, bytes]
 
 
 class SpillError(OSError):
-    """The spill directory could not be written or read back (e.g. the disk is full)."""
+    """The spill directory could not be written or read back (e.g. the disk is full).
+
+    Its text is one line that names the file and its directory, what ran out and what to do:
+    an operator reads it in a log or a CLI error, far from this code. ``str()`` is that text
+    alone, without :class:`OSError`'s ``[Errno n]`` prefix (``errno`` is still set).
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror) if self.strerror else super().__str__()
+
+
+#: What ran out, for the errors a full or limited spill directory produces.
+_RAN_OUT = {
+    errno.ENOSPC: "the file system is full",
+    errno.EFBIG: "the file size limit (ulimit -f) was reached",
+    errno.EDQUOT: "the disk quota is exhausted",
+}
+
+_ADVICE = ("free space there, raise the memory budget (so that fewer transactions spill) or point the spill "
+           "directory elsewhere")
+
+
+def spill_error(exc: OSError, action: str, path: Path) -> SpillError:
+    """A :class:`SpillError` for ``exc``, raised while trying to ``action`` the spill file ``path``."""
+    what = _RAN_OUT.get(exc.errno or 0)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = f"spill directory {path.parent}"
+    detail = f"{what} in {where}" if what else where
+    return SpillError(exc.errno or 0, f"cannot {action} spill file {path}: {reason} ({detail}); {_ADVICE}")
 
 
 class TxnBuffer:
@@ -75,12 +104,13 @@ class TxnBuffer:
         """Move the buffered messages to ``directory/name``; returns the memory freed."""
         if self._file is not None:
             return 0
-        directory.mkdir(parents=True, exist_ok=True)
-        self._path = directory / name
+        path = directory / name
         try:
-            self._file = open(self._path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in close()
+            directory.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in close()
         except OSError as exc:
-            raise SpillError(exc.errno, f"cannot create spill file {self._path}: {exc.strerror}") from exc
+            raise spill_error(exc, "create", path) from exc
+        self._path = path
         for entry in self._entries:
             self._write(*entry)
         freed, self.memory_bytes, self._entries = self.memory_bytes, 0, []
@@ -92,7 +122,7 @@ class TxnBuffer:
             self._file.write(_RECORD.pack(lsn, in_stream, subxid, len(data)))
             self._file.write(data)
         except OSError as exc:
-            raise SpillError(exc.errno, f"cannot write spill file {self._path}: {exc.strerror}") from exc
+            raise spill_error(exc, "write", self._path) from exc  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Entry]:
         """The messages in arrival order, without those of aborted subtransactions."""
@@ -102,7 +132,7 @@ class TxnBuffer:
         try:
             self._file.flush()
         except OSError as exc:
-            raise SpillError(exc.errno, f"cannot write spill file {self._path}: {exc.strerror}") from exc
+            raise spill_error(exc, "write", self._path) from exc  # type: ignore[arg-type]
         aborted = self.aborted_subxids
         with open(self._path, "rb", buffering=1 << 20) as reader:  # type: ignore[arg-type]
             while header := reader.read(_RECORD.size):
@@ -116,12 +146,21 @@ class TxnBuffer:
                     yield lsn, bool(in_stream), subxid, data
 
     def close(self) -> None:
-        """Release memory and delete the spill file, if any."""
+        """Release memory and delete the spill file, if any.
+
+        Never raises for the file: closing flushes the write buffer, which fails again on the
+        full disk that made the transaction fail in the first place — and the data is being
+        thrown away anyway. Raising here would skip the unlink (leaving the partial file on the
+        full disk) and, further up, the closing of the replication connection.
+        """
         self._entries = []
         self.memory_bytes = 0
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError:
+                pass
         if self._path is not None:
             try:
                 os.unlink(self._path)
