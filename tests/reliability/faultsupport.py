@@ -95,8 +95,10 @@ class _Conn:
 class CuttingProxy:
     """A loopback TCP proxy in front of PostgreSQL that tears chosen connections mid-message.
 
-    Connection ``n`` (0-based, in accept order) is cut per ``cuts[n]``; later connections pass
-    through untouched. ``down_after_cuts`` makes the proxy stop listening once every cut happened
+    The ``n``-th connection that reaches the replication stream (0-based) is cut per ``cuts[n]``;
+    later ones pass through untouched. Counting only connections that got as far as
+    START_REPLICATION keeps a plan intact when a reconnect attempt fails before that (the slot
+    still held by the walsender of the connection just cut, say). ``down_after_cuts`` makes the proxy stop listening once every cut happened
     (new connections are refused: the "network stays down" case). Only the replication connection
     should use the proxy: the test's own SQL goes to the server directly.
 
@@ -112,6 +114,7 @@ class CuttingProxy:
         self.down_after_cuts = down_after_cuts
         self.records: list[CutRecord] = []
         self.connections = 0
+        self._streams = 0  # connections that reached the replication stream
         self._lock = threading.Lock()
         self._live: list[_Conn] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -177,8 +180,7 @@ class CuttingProxy:
             with self._lock:
                 number = self.connections
                 self.connections += 1
-                spec = self._cuts[number] if number < len(self._cuts) else None
-                conn = _Conn(number, client, upstream, spec)
+                conn = _Conn(number, client, upstream, None)
                 self._live.append(conn)
             threading.Thread(target=self._pump_up, args=(conn,), daemon=True).start()
             threading.Thread(target=self._pump_down, args=(conn,), daemon=True).start()
@@ -198,7 +200,7 @@ class CuttingProxy:
         copying = False  # past the CopyBothResponse
         offset = 0  # replication-stream bytes forwarded so far
         in_stream = False  # between Stream Start and Stream Stop
-        spec = conn.spec
+        spec: CutSpec | None = None
         try:
             while True:
                 data = conn.upstream.recv(65536)
@@ -215,6 +217,8 @@ class CuttingProxy:
                     del buf[:size]
                     if not copying:
                         copying = kind == b"W"
+                        if copying:
+                            spec = conn.spec = self._next_spec()
                         out += message
                         continue
                     xlog = kind == b"d" and size > _PGOUTPUT_AT and message[5:6] == b"w"
@@ -238,6 +242,12 @@ class CuttingProxy:
         except OSError:
             pass
         conn.cut()
+
+    def _next_spec(self) -> CutSpec | None:
+        with self._lock:
+            spec = self._cuts[self._streams] if self._streams < len(self._cuts) else None
+            self._streams += 1
+        return spec
 
     def _record(self, record: CutRecord) -> None:
         with self._lock:
