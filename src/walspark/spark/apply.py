@@ -177,6 +177,10 @@ class BatchFacts:
     truncates: tuple[Truncate, ...]
     #: Updates with an old key (or old row) *and* unchanged TOAST values: they may need a lookup.
     moved_unchanged: int = 0
+    #: Inserts among ``rows``: a batch of only inserts needs no MERGE (see :func:`append_inserts`).
+    inserts: int = 0
+    #: ``keys`` are the replica identity the rows carry (not a user's choice of key columns).
+    replica_keys: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +210,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
         F.max_by("_key", ordering).alias("key"),
         F.max("_commit_lsn").alias("max_lsn"),
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
+        F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
         F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
             "truncs"
         ),
@@ -215,14 +220,17 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
 def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
     truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
                              key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
+    replica = tuple(row["key"] or ())
     return BatchFacts(
         schema=table[0],
         table=table[1],
         rows=row["n"],
-        keys=tuple(keys) if keys is not None else tuple(row["key"] or ()),
+        keys=tuple(keys) if keys is not None else replica,
         max_commit_lsn=row["max_lsn"],
         truncates=truncates,
         moved_unchanged=row["moved"],
+        inserts=row["inserts"],
+        replica_keys=keys is None or set(keys) == set(replica),
     )
 
 
@@ -609,6 +617,26 @@ def merge_scd1(target: TargetTable, source: DataFrame, keys: Sequence[str], name
     merge.execute()
 
 
+def append_inserts(target: TargetTable, rows: DataFrame, fields: Sequence[StructField]) -> None:
+    """Append a batch of only inserts: no MERGE needed, and several times cheaper.
+
+    Why this is exact: the rows carry the replica identity key, which is unique in PostgreSQL,
+    so an insert's key is not in the source table when it is inserted. The target mirrors the
+    source as of the batch's start (the snapshot is taken at the slot's consistent point, and
+    every earlier change is applied), so the key is not in the target either — and with no
+    delete or update in the batch, no key can repeat within it. (REPLICA IDENTITY FULL makes
+    the table a multiset, where an insert is one more copy: an append again.) A replayed batch
+    is skipped by Delta's transaction id, exactly as a MERGE would be. Columns the batch lacks
+    (dropped in PostgreSQL) are left NULL; a column the target has widened is cast up to it.
+    """
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in target.columns()}
+    rows.where(F.col("_op") == "I").select(
+        *[F.col(quote(f.name)).cast(types.get(f.name, f.dataType)).alias(f.name) for f in fields]
+    ).write.format("delta").mode("append").save(target.path)
+
+
 def multiset_deltas(rows: DataFrame, names: Sequence[str]) -> DataFrame:
     """Net count change per row value: +1 per row inserted (I, U's new row), -1 per row removed.
 
@@ -765,6 +793,9 @@ def _apply_table(
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],
                 dropped: Sequence[str]) -> None:  # fmt: skip
     names = [f.name for f in fields]
+    if facts.inserts == facts.rows and facts.keys and facts.replica_keys:
+        append_inserts(tgt, rows, fields)
+        return
     if facts.truncates:
         last = facts.truncates[-1]
         rows = rows.where(lsn_literal_order(last.commit_lsn, last.seq))
