@@ -204,6 +204,12 @@ def test_missing_slot(args: list[str], source: str, tmp_path: Path) -> None:
     one_line_error(walspark(*full), "s1", "does not exist", "slot")
 
 
+def test_slot_of_another_plugin(source: str, tmp_path: Path) -> None:
+    with psycopg.connect(source, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('s1', 'test_decoding')")
+    one_line_error(walspark(*_commands(source, tmp_path)["run"]), "s1", "test_decoding", "not a pgoutput slot")
+
+
 # -- missing privileges ----------------------------------------------------------------------------
 
 

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .connect import connect_replication, connect_sql, error_from_exception
 from .dsn import dsn_params
 from .errors import (
     InvalidDsn,
+    OptionError,
     PermissionDenied,
     PublicationNotFound,
+    SlotInvalidated,
     SlotNotFound,
     WalLevelNotLogical,
 )
 from .names import validate_publication_name, validate_slot_name
+
+if TYPE_CHECKING:
+    from .slots import SlotInfo
 
 __all__ = ["SourceCheck", "check_source"]
 
@@ -48,6 +54,20 @@ JOIN pg_class c ON c.oid = r.oid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE NOT has_table_privilege(c.oid, 'SELECT')
 ORDER BY 1
 """
+
+
+def _check_slot(info: SlotInfo, dbname: str) -> None:
+    """A slot of another plugin, another database or one invalidated cannot feed the stream."""
+    if info.slot_type != "logical" or info.plugin != "pgoutput":
+        raise OptionError(f"replication slot {info.slot_name!r} is a {info.slot_type} slot of plugin "
+                          f"{info.plugin or 'none'!r}, not a pgoutput slot: choose another --slot (or drop it)")
+    if info.database != dbname:
+        raise OptionError(f"replication slot {info.slot_name!r} belongs to database {info.database!r}, not "
+                          f"{dbname!r}: connect to that database (dbname in the DSN) or choose another --slot")
+    if info.invalidated:
+        raise SlotInvalidated(f"replication slot {info.slot_name!r} was invalidated "
+                              f"({info.invalidation_reason or 'wal_status lost'}): the WAL it needed is gone; "
+                              "drop the slot, create a new one and re-snapshot")
 
 
 @dataclass(frozen=True)
@@ -92,7 +112,10 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                     "create it (CREATE PUBLICATION ... FOR TABLE ...) or check --publication and dbname")
             exists = None
             if slot is not None:
-                exists = get_slot(conn, slot) is not None
+                info = get_slot(conn, slot)
+                exists = info is not None
+                if info is not None:
+                    _check_slot(info, conn.info.dbname)
                 if slot_must_exist and not exists:
                     raise SlotNotFound(f"replication slot {slot!r} does not exist in database "
                                        f"{conn.info.dbname!r}; create it with `walspark slot create`")
