@@ -10,6 +10,7 @@ drivers write. The servers are real: the session's PostgreSQL 18, one that asks 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -251,3 +252,46 @@ def test_traceback_only_when_asked(pg18: EmbeddedPostgres, tmp_path: Path) -> No
         assert "Traceback (most recent call last)" in result.stderr
         assert result.stderr.splitlines()[-1].startswith("Error: ") and "no_such_db" in result.stderr
         assert SECRET not in result.stderr and SECRET not in result.stdout
+
+
+# -- the password through Spark ----------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_run_never_shows_the_password_even_with_vv(pw_pg: EmbeddedPostgres, tmp_path: Path) -> None:
+    """The DSN travels into Spark (the pgoutput source's ``dsn`` option, the snapshot tasks' plan).
+
+    A whole ``walspark -vv run`` with a password — snapshot, then a query that fails inside
+    Spark's Python data source — must not show it on stdout, stderr (Python logging at DEBUG,
+    Spark's log4j, the traceback), nor write it into the target (checkpoint, staging, Delta logs).
+    The failure without ``-vv`` still ends in one ``Error:`` line and shows no trace.
+    """
+    with psycopg.connect(pw_pg.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE pwdb OWNER pwuser")
+    with psycopg.connect(pw_pg.dsn("pwdb", user="pwuser", password=SECRET), autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO t VALUES (1, 'a')")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE t")
+    dsn = pw_pg.dsn("pwdb", user="pwuser", password=SECRET)
+    target = tmp_path / "lake"
+    run = ["run", "--dsn", dsn, "--publication", "pub", "--slot", "s1", "--target", str(target), "--once"]
+
+    ok = walspark("-vv", *run)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "INFO walspark.source.slots: created slot s1" in ok.stderr  # -vv really logs (the DSN, redacted)
+    assert SECRET not in ok.stdout and SECRET not in ok.stderr
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO t VALUES (2, 'b')")
+    staging = target / "_walspark" / "staging" / "s1"
+    shutil.rmtree(staging)
+    staging.write_text("a file where the staging folder should be")  # fails inside the Spark source
+    for result in (walspark("-vv", *run), walspark(*run)):
+        assert result.returncode == 1
+        assert SECRET not in result.stdout and SECRET not in result.stderr
+        assert result.stderr.splitlines()[-1].startswith("Error: ")
+        assert "Not a directory" in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr and "\tat org.apache" not in result.stderr  # the default run
+    for path in target.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import click
 
-__all__ = ["CommandError", "cli_errors", "debug_enabled", "describe", "set_verbosity"]
+__all__ = ["CommandError", "cli_errors", "debug_enabled", "describe", "quiet_spark_errors", "set_verbosity"]
 
 #: Longest error line printed; Spark messages can embed whole query plans.
 MAX_LINE = 600
@@ -120,6 +120,30 @@ def print_traceback(exc: BaseException, dsn: str | None = None) -> None:
     text = "".join(traceback.format_exception(exc))
     sys.stderr.write(redact_secrets(text, dsn))
     sys.stderr.flush()
+
+
+#: Spark loggers that print a failed task's or query's whole Java/Python trace at ERROR. The CLI
+#: reports the failure itself, as one line; ``-vv`` keeps them.
+_SPARK_ERROR_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.datasources",
+    "org.apache.spark.api.python",
+)
+
+
+def quiet_spark_errors(spark: object) -> None:
+    """Silence Spark's own multi-line error logs unless debugging (best effort: log4j 2 only)."""
+    if debug_enabled():
+        return
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _SPARK_ERROR_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # noqa: BLE001 - a different logging backend: Spark's logs stay as they are
+        pass
 
 
 @contextmanager

@@ -29,6 +29,9 @@ def cli(verbose: int) -> None:
     set_verbosity(verbose)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # py4j's debug log echoes every call into the JVM with its arguments (a DSN option among
+    # them) and thousands of lines of noise: never wanted on a terminal.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     if verbose < 2:
         # psycopg's "error ignored in rollback" and similar notes are not something to act on.
         logging.getLogger("psycopg").setLevel(logging.ERROR)

@@ -204,7 +204,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, master: str) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
-    from walspark.cli.errors import cli_errors
+    from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
                            trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch)  # fmt: skip
@@ -221,6 +221,8 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         try:
             spark = spark_session("walspark-run", master=master)
+            if owned:
+                quiet_spark_errors(spark)
             try:
                 run_pipeline(spark, settings, say=lambda text: click.echo(text, err=True))
             finally:

@@ -34,7 +34,7 @@ from walspark.cli.main import cli
 def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: int | None,
              partition_rows: int | None, master: str, redo: bool, as_json: bool) -> None:
     """Copy the publication's tables in one exported snapshot; print the consistent point."""
-    from walspark.cli.errors import cli_errors
+    from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     with cli_errors(dsn):
         from walspark.source.preflight import check_source
@@ -48,6 +48,8 @@ def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: in
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         spark = spark_session("walspark-snapshot", master=master)
+        if owned:
+            quiet_spark_errors(spark)
         try:
             result = run_snapshot(spark, dsn, publication, slot, target, parallelism=parallelism,
                                   partition_rows=partition_rows or DEFAULT_PARTITION_ROWS, redo=redo,
