@@ -27,9 +27,8 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def walspark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real command in a fresh interpreter (this checkout's sources first on the path)."""
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), **(env or {})}
-    environ.pop("WALSPARK_DEBUG", None) if not env or "WALSPARK_DEBUG" not in env else None
-    environ.pop("WALSPARK_DSN", None)
+    environ = {k: v for k, v in os.environ.items() if k not in ("WALSPARK_DEBUG", "WALSPARK_DSN")}
+    environ.update({"PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), **(env or {})})
     return subprocess.run([sys.executable, "-m", "walspark.cli", *args], capture_output=True, text=True,
                           env=environ, timeout=300, stdin=subprocess.DEVNULL)
 
