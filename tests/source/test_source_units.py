@@ -294,3 +294,13 @@ def test_idle_confirm_can_be_disabled_and_confirm_is_checked() -> None:
     st.confirm(50)
     st.confirm(10)  # lower: ignored
     assert st.confirmed_lsn == 50 == st.flushed_lsn
+
+
+def test_redacting_a_redacted_message_keeps_its_punctuation() -> None:
+    """Messages are redacted at each layer; a second pass must not eat ``);`` after ``***``."""
+    dsn = "host=db password=Sekr3t user=app"
+    once = redact_secrets("cannot connect: refused (host=db password=Sekr3t user=app); check the host", dsn)
+    assert once == "cannot connect: refused (host=db password=*** user=app); check the host"
+    tail = redact_secrets("failed (host=db password=***); check the host", dsn)
+    assert tail == "failed (host=db password=***); check the host"
+    assert redact_secrets("password=***x", None) == "password=***"  # not a mask: still masked

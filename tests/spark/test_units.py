@@ -83,3 +83,21 @@ def test_table_names_and_options_are_validated():
         SourceOptions.parse({"dsn": "x", "slot": "s", "publication": "p"}).require_stream()
     with pytest.raises(OptionsError, match="either path"):
         SourceOptions.parse({"dsn": "x", "path": "y"})
+
+
+def test_table_folders_keep_names_and_never_collide() -> None:
+    """Folders keep PostgreSQL's spelling; only what a path cannot hold is %XX-encoded, so the
+    mapping is one-to-one (``unquote`` gives the name back) and stays out of ``_walspark``."""
+    from urllib.parse import unquote
+
+    from walspark.spark.tables import path_segment, table_path
+
+    assert table_path("/lake/", 'Sché"ma', "Tä'ble.1") == "/lake/Sché\"ma/Tä'ble.1"
+    assert table_path("/lake", "public", "a/b:c%d") == "/lake/public/a%2Fb%3Ac%25d"
+    assert table_path("/lake", "_walspark", "progress") == "/lake/%5Fwalspark/progress"
+    assert table_path("/lake", "s", "_walspark") == "/lake/s/_walspark"  # only the schema level is reserved
+    names = ["a/b", "a%2Fb", "a%252Fb", "..", ".", ".x", "%2E", "tab\tx", "a\\b", "名前", "x:y", "_walspark", "%5Fwalspark"]
+    segments = [path_segment(n, schema=True) for n in names]
+    assert len(set(segments)) == len(names)
+    assert all("/" not in s and s not in (".", "..") and not s.startswith(".") for s in segments)
+    assert [unquote(s) for s in segments] == names

@@ -51,42 +51,36 @@ def capture(
     stream order; the options used are stored in its metadata so `walspark decode` knows the
     protocol version. The slot is not advanced unless --consume is given.
     """
-    import psycopg
-
     from walspark.capture import CaptureInfo, write_capture
+    from walspark.cli.errors import cli_errors
     from walspark.protocol import parse_lsn
-    from walspark.source.connect import connect_sql, error_from_exception
-    from walspark.source.errors import SourceError
-    from walspark.source.names import validate_slot_name
+    from walspark.source.connect import connect_sql
+    from walspark.source.errors import OptionError
+    from walspark.source.names import validate_publication_name, validate_slot_name
     from walspark.source.options import StreamOptions
     from walspark.source.sqlinterface import slot_changes
 
-    wanted = StreamOptions(
-        publication_names=publications,
-        proto_version=proto_version,
-        binary=binary,
-        messages=messages,
-        streaming=streaming,
-        two_phase=two_phase,
-    )
-    try:
+    with cli_errors(dsn):
         validate_slot_name(slot)
+        for name in publications:
+            validate_publication_name(name)
+        try:
+            upto = parse_lsn(upto_lsn) if upto_lsn else None
+        except ValueError as exc:
+            raise OptionError(f"--upto-lsn: {exc}") from None
+        wanted = StreamOptions(
+            publication_names=publications,
+            proto_version=proto_version,
+            binary=binary,
+            messages=messages,
+            streaming=streaming,
+            two_phase=two_phase,
+        )
         with connect_sql(dsn) as conn:
             server = conn.info.server_version
             options = dict(wanted.resolve(server).plugin_options())
-            rows = slot_changes(
-                conn,
-                slot,
-                options,
-                upto_lsn=parse_lsn(upto_lsn) if upto_lsn else None,
-                upto_nchanges=upto_nchanges,
-                consume=consume,
-            )
+            rows = slot_changes(conn, slot, options, upto_lsn=upto, upto_nchanges=upto_nchanges, consume=consume)
             count = write_capture(output, rows, CaptureInfo(options, server, slot))
-    except SourceError as exc:
-        raise click.ClickException(_one_line(exc)) from exc
-    except psycopg.Error as exc:
-        raise click.ClickException(_one_line(error_from_exception(exc, dsn=dsn, what="capture"))) from exc
     click.echo(f"captured {count} messages from slot {slot} into {output}", err=True)
 
 
@@ -174,8 +168,3 @@ def _compact(item: Any) -> str:
     if isinstance(item, dict):
         return " ".join(f"{k}={v}" for k, v in item.items())
     return str(item)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-

@@ -2,29 +2,70 @@
 
 Subcommands import what they need when they run, so ``walspark --help`` answers at once
 instead of waiting for PySpark.
+
+Errors: every failure ends as one line on stderr, ``Error: <what is wrong>; <what to do>``,
+with exit status 1 (2 for a usage error such as an unknown option or an out-of-range value),
+never a traceback and never a password. ``-vv`` or ``WALSPARK_DEBUG=1`` adds the (redacted)
+traceback before that line. See :mod:`walspark.cli.errors`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 
 import click
 
 from walspark import __version__
+from walspark.cli.errors import CommandError, describe, debug_enabled, print_traceback, set_verbosity
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="walspark")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug and tracebacks of errors).")
 def cli(verbose: int) -> None:
     """PostgreSQL change data capture (pgoutput, protocol v1-v4) into Delta Lake, on Spark."""
+    set_verbosity(verbose)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # py4j's debug log echoes every call into the JVM with its arguments (a DSN option among
+    # them) and thousands of lines of noise: never wanted on a terminal.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    if verbose < 2:
+        # psycopg's "error ignored in rollback" and similar notes are not something to act on.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
-def main() -> None:
-    """Console-script entry point."""
+def _usage_line(exc: click.UsageError) -> str:
+    """A usage error as one line that names the help to read (click prints three lines)."""
+    command = exc.ctx.command_path if exc.ctx is not None else "walspark"
+    return f"{exc.format_message()} (see '{command} --help')"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point: runs the command, prints any error as one line, exits."""
     from walspark.cli import commands  # noqa: F401  (registers the subcommands)
 
-    cli(prog_name="walspark")
+    try:
+        rc = cli.main(args=list(argv) if argv is not None else None, prog_name="walspark", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:  # bare `walspark slot`: the help is the answer
+        click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+        sys.exit(2)
+    except click.UsageError as exc:
+        click.echo(f"Error: {_usage_line(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        click.echo(f"Error: {exc.format_message() if isinstance(exc, CommandError) else describe(exc)}", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - a command without cli_errors: still one line
+        if debug_enabled():
+            print_traceback(exc)
+        click.echo(f"Error: {describe(exc)}", err=True)
+        sys.exit(1)
+    sys.exit(rc if isinstance(rc, int) else 0)  # ctx.exit(n) comes back as n

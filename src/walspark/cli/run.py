@@ -204,24 +204,62 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, master: str) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
-    from pyspark.sql import SparkSession
-
-    from walspark.cli.slots import _errors
-    from walspark.spark.session import spark_session
+    from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
                            trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch)  # fmt: skip
+    with cli_errors(dsn):
+        preflight(settings)  # before the JVM starts: a wrong DSN or name costs a second, not thirty
+        from pyspark.sql import SparkSession
 
-    def interrupt(signum, frame):  # type: ignore[no-untyped-def]  # SIGTERM stops like Ctrl-C
-        raise KeyboardInterrupt
+        from walspark.spark.session import spark_session
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    with _errors(dsn):
+        def interrupt(signum, frame):  # type: ignore[no-untyped-def]  # SIGTERM stops like Ctrl-C
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, interrupt)
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        spark = spark_session("walspark-run", master=master)
         try:
-            run_pipeline(spark, settings, say=lambda text: click.echo(text, err=True))
+            spark = spark_session("walspark-run", master=master)
+            if owned:
+                quiet_spark_errors(spark)
+            try:
+                run_pipeline(spark, settings, say=lambda text: click.echo(text, err=True))
+            finally:
+                if owned:
+                    spark.stop()
         finally:
             signal.signal(signal.SIGTERM, previous)
-            if owned:
-                spark.stop()
+
+
+def preflight(settings: RunSettings) -> None:
+    """Everything about the source and the options that can fail without Spark, checked first.
+
+    Names, the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
+    the publication, and — when this run will take the initial snapshot — SELECT on the
+    published tables. ``--scd2`` tables must be published (a typo would otherwise silently keep
+    a mirror). Raises the :mod:`walspark.source.errors` class that says what to do.
+    """
+    from walspark.source.errors import OptionError
+    from walspark.source.preflight import check_source
+    from walspark.spark.snapshot import read_record
+
+    if "/" in settings.slot or not settings.target:
+        raise OptionError("--target must be a folder and --slot a slot name")
+    record = read_record(settings.target)
+    unfinished = record is not None and record.slot == settings.slot and not record.complete
+    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot)
+    needs_snapshot = unfinished or not check.slot_exists
+    if needs_snapshot:
+        check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
+    if settings.scd2:
+        from walspark.source.connect import connect_sql
+        from walspark.source.publications import get_publication
+
+        with connect_sql(settings.dsn) as conn:
+            info = get_publication(conn, settings.publication)
+        published = set(info.tables) if info is not None else set()
+        for table in settings.scd2:
+            if table not in published:
+                raise OptionError(f"--scd2 {table!r} is not a table of publication {settings.publication!r} "
+                                  f"(its tables: {', '.join(sorted(published)) or 'none'}); use schema.table")

@@ -8,36 +8,25 @@ printed goes through :func:`walspark.source.dsn.redact_dsn`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import click
 
+from walspark.cli.errors import CommandError, cli_errors
 from walspark.cli.main import cli
 
 _DSN_HELP = "libpq connection string or URI of the slot's database (or $WALSPARK_DSN); sslmode etc. pass through."
 
 
-class SourceCommandError(click.ClickException):
+class SourceCommandError(CommandError):
     """A one-line CLI error (exit status 1)."""
 
 
-@contextmanager
-def _errors(dsn: str) -> Iterator[None]:
-    """Turn walspark source errors (and anything unexpected) into one redacted line."""
-    from walspark.source.dsn import redact_secrets
-    from walspark.source.errors import SourceError
-
-    try:
-        yield
-    except SourceError as exc:
-        raise SourceCommandError(redact_secrets(exc.message, dsn)) from None
-    except click.ClickException:
-        raise
-    except Exception as exc:  # a bug or an unexpected driver error: still one line, still redacted
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        raise SourceCommandError(f"{type(exc).__name__}: {redact_secrets(text, dsn)}") from None
+def _errors(dsn: str) -> AbstractContextManager[None]:
+    """Any failure leaves as one redacted line (see :func:`walspark.cli.errors.cli_errors`)."""
+    return cli_errors(dsn)
 
 
 def _connect(dsn: str) -> Any:

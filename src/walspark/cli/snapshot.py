@@ -34,21 +34,26 @@ from walspark.cli.main import cli
 def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: int | None,
              partition_rows: int | None, master: str, redo: bool, as_json: bool) -> None:
     """Copy the publication's tables in one exported snapshot; print the consistent point."""
-    from walspark.cli.slots import _errors
-    from walspark.spark.session import spark_session
-    from walspark.spark.snapshot import DEFAULT_PARTITION_ROWS, SnapshotError, console_progress, run_snapshot
+    from walspark.cli.errors import cli_errors, quiet_spark_errors
 
-    from pyspark.sql import SparkSession
+    with cli_errors(dsn):
+        from walspark.source.preflight import check_source
+        from walspark.spark.snapshot import DEFAULT_PARTITION_ROWS, console_progress, run_snapshot
 
-    with _errors(dsn):
+        # Before the JVM starts: names, DSN, server, wal_level, privileges, publication, SELECT.
+        check_source(dsn, publications=[publication], slot=slot, snapshot=True)
+        from pyspark.sql import SparkSession
+
+        from walspark.spark.session import spark_session
+
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         spark = spark_session("walspark-snapshot", master=master)
+        if owned:
+            quiet_spark_errors(spark)
         try:
             result = run_snapshot(spark, dsn, publication, slot, target, parallelism=parallelism,
                                   partition_rows=partition_rows or DEFAULT_PARTITION_ROWS, redo=redo,
                                   progress=console_progress())
-        except SnapshotError as exc:
-            raise click.ClickException(str(exc)) from None
         finally:
             if owned:
                 spark.stop()

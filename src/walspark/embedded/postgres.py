@@ -27,7 +27,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,7 +186,9 @@ class EmbeddedPostgres:
 
     ``base_dir`` holds ``data/`` (the cluster), ``server.log`` and the Unix socket; when it is not
     given, a temporary directory is made and removed by :meth:`stop`. ``settings`` are added to
-    postgresql.conf (e.g. ``{"logical_decoding_work_mem": "64kB"}``).
+    postgresql.conf (e.g. ``{"logical_decoding_work_mem": "64kB"}``); ``hba`` lines go
+    before the default ``trust`` entries of pg_hba.conf (e.g. ``"host all app 127.0.0.1/32
+    scram-sha-256"`` to test wrong passwords).
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class EmbeddedPostgres:
         bindir: str | os.PathLike[str] | None = None,
         port: int | None = None,
         settings: Mapping[str, str] | None = None,
+        hba: Sequence[str] = (),
     ) -> None:
         self._owns_base = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="walspark-pg-"))
@@ -203,6 +206,7 @@ class EmbeddedPostgres:
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.settings = {**_BASE_SETTINGS, **(settings or {})}
+        self.hba = tuple(hba)
         self._who = _server_identity()
         self._running = False
 
@@ -307,7 +311,8 @@ class EmbeddedPostgres:
             for kind, addr in (("local", ""), ("host", "127.0.0.1/32"), ("host", "::1/128"))
             for db in ("all", "replication")
         )
-        _write_owned(self.data_dir / "pg_hba.conf", hba, self._who)
+        # Lines of the caller first (first match wins): e.g. password authentication for one role.
+        _write_owned(self.data_dir / "pg_hba.conf", "".join(f"{line}\n" for line in self.hba) + hba, self._who)
 
     def _pg_ctl(self, *args: str) -> None:
         self._run(self.bin("pg_ctl"), "-D", str(self.data_dir), *args)

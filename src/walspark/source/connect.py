@@ -30,6 +30,7 @@ from .errors import (
     SlotInvalidated,
     SlotNotFound,
     SourceError,
+    TlsFailed,
     WalLevelNotLogical,
 )
 
@@ -94,6 +95,14 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
         return make(PermissionDenied, "the role needs the REPLICATION attribute (and ownership for DDL)")
     if state == "3D000" or ("database" in low and "does not exist" in low):
         return make(DatabaseNotFound, "check dbname in the connection string")
+    if "invalid" in low and " value:" in low and not state:
+        # libpq: 'invalid sslmode value: "x"' (also gssencmode, target_session_attrs...)
+        return make(InvalidDsn, "fix that parameter in the connection string (sslmode: disable, allow, prefer, "
+                                "require, verify-ca or verify-full)")
+    if "server does not support ssl" in low or "ssl was required" in low or "certificate verify failed" in low \
+            or "root certificate file" in low or "ssl error" in low and "certificate" in low:
+        return make(TlsFailed, "the server does not offer the TLS the DSN's sslmode requires: enable ssl on the "
+                               "server (with a certificate), or choose another sslmode")
     if state in _RETRYABLE_STATES or state.startswith("08") or not state:
         if not state and not any(t in low for t in _RETRYABLE_TEXT):
             # No SQLSTATE and an unknown text: still a transport-level failure in practice.

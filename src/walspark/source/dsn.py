@@ -34,6 +34,9 @@ _URI_RE = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
 _KV_RE = re.compile(r"""(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)(?P<val>'(?:[^'\\]|\\.)*'?\S*|(?:[^\s\\]|\\.)*)""")
 # user:password@ in the authority part of a URI (libpq: userinfo ends at the first '@' before '/').
 _URI_USERINFO_RE = re.compile(r"(?P<pre>postgres(?:ql)?://[^:@/?]*):(?P<val>[^@/]*)@", re.IGNORECASE)
+# A value masked earlier, with the punctuation of the message around it (``(... password=***);``):
+# masking it again would swallow that punctuation, as a bare value runs to the next space.
+_ALREADY_MASKED = re.compile(r"\*\*\*[)\];,.:'\"]*")
 _URI_PARAM_RE = re.compile(r"(?P<pre>[?&](?P<key>[A-Za-z_]+)=)(?P<val>[^&#\s]*)")
 
 
@@ -91,7 +94,9 @@ def redact_secrets(text: str, dsn: str | None = None) -> str:
     only masked in ``key=value`` shape: masking every ``a`` of a message helps nobody.
     """
     text = _KV_RE.sub(
-        lambda m: f"{m['key']}{m['eq']}{_MASK}" if m["key"].lower() in SECRET_KEYS else m.group(0), text
+        lambda m: f"{m['key']}{m['eq']}{_MASK}"
+        if m["key"].lower() in SECRET_KEYS and not _ALREADY_MASKED.fullmatch(m["val"]) else m.group(0),
+        text,
     )
     text = _URI_USERINFO_RE.sub(lambda m: f"{m['pre']}:{_MASK}@", text)
     if dsn:

@@ -28,6 +28,7 @@ __all__ = [
     "SlotInvalidated",
     "SlotNotFound",
     "SourceError",
+    "TlsFailed",
     "WalLevelNotLogical",
 ]
 
@@ -93,6 +94,13 @@ class PermissionDenied(SourceError):
 
 class AuthenticationFailed(PermissionDenied):
     """Wrong password or no pg_hba.conf entry."""
+
+
+class TlsFailed(SourceError):
+    """The TLS the DSN's ``sslmode`` asks for cannot be set up (server without SSL, bad certificate).
+
+    Not retryable: the server's configuration or the DSN has to change first.
+    """
 
 
 class DatabaseNotFound(SourceError):

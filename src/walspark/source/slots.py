@@ -214,7 +214,8 @@ def drop_slot(conn: Any, name: str, *, if_exists: bool = False, terminate_active
     if info is None:
         if if_exists:
             return False
-        raise SlotNotFound(f"replication slot {name!r} does not exist")
+        raise SlotNotFound(f"replication slot {name!r} does not exist; check the name and database "
+                           "(`walspark slot list`), or pass --if-exists")
     if info.active:
         if not terminate_active:
             raise SlotInUse(f"replication slot {name!r} is active (walsender PID {info.active_pid}); "

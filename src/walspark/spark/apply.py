@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from .progress import ProgressRow
 
-from .tables import TABLE_PROPERTIES
+from .tables import TABLE_PROPERTIES, table_path
 
 log = logging.getLogger(__name__)
 
@@ -760,7 +760,7 @@ def _apply_table(
     from .progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
-    path = f"{target.rstrip('/')}/{schema}/{name}"
+    path = table_path(target, schema, name)
     done = ProgressTable(spark, target).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)

@@ -59,7 +59,7 @@ from walspark.protocol.lsn import format_lsn, parse_lsn
 
 from .snapshot_source import CtidRange, SnapshotSourcePlan
 from .snapshot_source import register as register_snapshot_source
-from .tables import TABLE_PROPERTIES
+from .tables import TABLE_PROPERTIES, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -276,11 +276,6 @@ def _catalog_rows(conn: Any) -> list[list[Any]]:
 
 # ---------------------------------------------------------------------------------------------
 # Bookkeeping
-
-
-def table_path(target: str, schema: str, table: str) -> str:
-    """``<target>/<schema>/<table>``: where a source table's Delta table lives (ARCHITECTURE.md)."""
-    return f"{target.rstrip('/')}/{schema}/{table}"
 
 
 def _local(target: str) -> Path:
