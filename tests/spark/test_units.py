@@ -101,3 +101,19 @@ def test_table_folders_keep_names_and_never_collide() -> None:
     assert len(set(segments)) == len(names)
     assert all("/" not in s and s not in (".", "..") and not s.startswith(".") for s in segments)
     assert [unquote(s) for s in segments] == names
+
+
+def test_small_segments_are_read_together_large_ones_alone(tmp_path: Path) -> None:
+    """A trickle of small segments is one task's work; a bulk segment still gets a task."""
+    from walspark.spark.stream_reader import group_segments
+
+    sizes = [100, 200, 300, 5000, 50, 60, 9000, 10]
+    paths = []
+    for i, size in enumerate(sizes):
+        path = tmp_path / f"{i:03d}.arrow"
+        path.write_bytes(b"x" * size)
+        paths.append(path)
+    groups = group_segments(paths, target_bytes=1000)
+    assert [len(g) for g in groups] == [3, 1, 2, 1, 1]
+    assert [p for g in groups for p in g] == [str(p) for p in paths]  # every segment once, in order
+    assert group_segments([]) == []

@@ -24,8 +24,9 @@ Per call:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -51,14 +52,41 @@ __all__ = ["PgoutputStreamReader", "SegmentPartition"]
 log = logging.getLogger(__name__)
 
 
+#: Consecutive staged segments are read by one task until their files reach this size: a trickle
+#: of small transactions is staged as many small segments (one every ``segment_max_delay``), and
+#: a task per segment would cost far more in scheduling and Python worker round trips than the
+#: decoding itself. Large segments (bulk loads) still get a task each, decoded in parallel.
+PARTITION_TARGET_BYTES = 8 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentPartition(InputPartition):
-    """One staged segment, and the offset range of the batch reading it."""
+    """Consecutive staged segments, and the offset range of the batch reading them."""
 
-    path: str
+    paths: tuple[str, ...]
     start: int
     end: int
     registrations: tuple[TypeRegistration, ...] = ()
+
+
+def group_segments(paths: Sequence[Path], target_bytes: int = PARTITION_TARGET_BYTES) -> list[tuple[str, ...]]:
+    """Consecutive segments in groups of about ``target_bytes`` (a segment at or above it alone)."""
+    groups: list[tuple[str, ...]] = []
+    group: list[str] = []
+    size = 0
+    for path in paths:
+        try:
+            n = path.stat().st_size
+        except OSError:
+            n = target_bytes  # let the task report a missing segment on its own
+        if group and size + n > target_bytes:
+            groups.append(tuple(group))
+            group, size = [], 0
+        group.append(str(path))
+        size += n
+    if group:
+        groups.append(tuple(group))
+    return groups
 
 
 class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -168,8 +196,8 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stager.expect_start(begin)
         stager.offered(finish)  # a replay after a restart: staging must not pause before `finish`
         stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
-        return [SegmentPartition(str(s.path), begin, finish, self._registrations)
-                for s in stager.segments_for(begin, finish)]
+        segments = [s.path for s in stager.segments_for(begin, finish)]
+        return [SegmentPartition(group, begin, finish, self._registrations) for group in group_segments(segments)]
 
     def commit(self, end: dict) -> None:
         self._live().commit(from_offset(end))
@@ -189,4 +217,5 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   partition.registrations)
             return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
 
-        yield from decode_segment(partition.path, partition.start, partition.end, make)
+        for path in partition.paths:
+            yield from decode_segment(path, partition.start, partition.end, make)
