@@ -89,8 +89,10 @@ OPTIONS = [
                   array_ignore_bounds=True, money_frac_digits=0),
 ]
 
-# Multi-row columns are split on this marker, so one input can be a column of values.
+# Multi-row columns are split on this marker, so one input can be a column of values; each
+# row's first byte picks its TupleData kind.
 ROW_SEPARATOR = b"\xfe\xfe"
+COLUMN_KINDS = "tbnu"
 # In the stream surface, messages are separated by this marker.
 MESSAGE_SEPARATOR = b"\xff\x00\xff"
 
@@ -184,18 +186,13 @@ def check_value(data: bytes) -> None:
     except ValueConversionError:
         return
     try:
-        if mode & 2:  # a whole Arrow column: several rows, NULLs and unchanged TOAST mixed in
-            values: list[bytes | None] = list(raw.split(ROW_SEPARATOR))
-            kinds = ["b" if binary else "t"] * len(values)
-            if mode & 4:
-                values.append(None)
-                kinds.append("n")
-            if mode & 8:
-                values.append(None)
-                kinds.append("u")
-            if mode & 16:  # text and binary rows in one batch
-                values.append(raw)
-                kinds.append("t" if binary else "b")
+        if mode & 2:  # a whole Arrow column: each row is <kind selector><bytes>, text and binary mixed
+            kinds: list[str] = []
+            values: list[bytes | None] = []
+            for row in raw.split(ROW_SEPARATOR):
+                kind = COLUMN_KINDS[row[0] % len(COLUMN_KINDS)] if row else "n"
+                kinds.append(kind)
+                values.append(row[1:] if kind in "tb" else None)
             to_arrow_array(codec, kinds, values, column="c")
         else:
             codec.decode("b" if binary else "t", raw)
@@ -249,42 +246,105 @@ def _message_seeds(count: int) -> Iterator[bytes]:
 
 
 def _value_seeds() -> Iterator[bytes]:
-    """Valid text and binary forms of a handful of types, built from the send-function encoders."""
+    """Valid text and binary forms of many types, built from the send-function encoders."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.values.vectors import array_send, i16, i32, i64, numeric_send, range_send, record_send
+    from tests.values.vectors import array_send, f64, i16, i32, i64, numeric_send, range_send, record_send, u32
 
-    def seed(oid: int, binary: bool, raw: bytes, *, selector: int = 0, column: bool = False) -> bytes:
-        mode = (1 if binary else 0) | (2 | 4 | 8 if column else 0)
-        return bytes([SURFACE_VALUE, TYPE_OIDS.index(oid), selector, mode]) + raw
+    def header(oid: int, binary: bool, column: bool) -> bytes:
+        return bytes([SURFACE_VALUE, TYPE_OIDS.index(oid), 0, (1 if binary else 0) | (2 if column else 0)])
 
-    int4_array = oids.ARRAY_OF[oids.INT4]
-    text_array = oids.ARRAY_OF[oids.TEXT]
+    def row(kind: str, raw: bytes = b"") -> bytes:
+        return bytes([COLUMN_KINDS.index(kind)]) + raw
+
+    def multirange(*ranges: bytes) -> bytes:
+        return i32(len(ranges)) + b"".join(i32(len(r)) + r for r in ranges)
+
+    array_of = oids.ARRAY_OF
+    ts = i64(757382400000000)  # 2024-01-01 00:00:00 UTC
     values: list[tuple[int, bytes, bytes]] = [  # (oid, text form, binary form)
         (oids.NUMERIC, b"-1234.5600", numeric_send("-1234.5600")),
         (oids.NUMERIC, b"NaN", numeric_send("NaN")),
-        (oids.TIMESTAMPTZ, b"2024-02-29 13:45:00.123456+00", i64(762529500123456)),
+        (oids.NUMERIC, b"0.000001", numeric_send("0.000001")),
+        (oids.MONEY, b"-$1,234.56", i64(-123456)),
+        (oids.TIMESTAMPTZ, b"2024-02-29 13:45:00.123456+05:30", i64(762529500123456)),
         (oids.TIMESTAMP, b"infinity", i64((1 << 63) - 1)),
+        (oids.TIMESTAMP, b"0044-03-15 12:00:00 BC", i64(-82511985600000000)),
         (oids.DATE, b"2024-02-29", i32(8825)),
+        (oids.TIME, b"23:59:59.999999", i64(86399999999)),
+        (oids.TIMETZ, b"12:00:00-08", i64(43200000000) + i32(28800)),
         (oids.INTERVAL, b"1 year 2 mons -3 days 04:05:06.789", i64(14706789000) + i32(-3) + i32(14)),
+        (oids.INTERVAL, b"P1Y2M3DT4H5M6.5S", i64(14706500000) + i32(3) + i32(14)),
         (oids.JSONB, b'{"a": [1, 2.5, null]}', b'\x01{"a": [1, 2.5, null]}'),
+        (oids.JSONPATH, b'$."a"[*]', b"\x01$.\"a\"[*]"),
         (oids.INET, b"192.168.0.1/24", bytes([2, 24, 0, 4, 192, 168, 0, 1])),
+        (oids.INET, b"2001:db8::1/64", bytes([3, 64, 0, 16]) + bytes.fromhex("20010db8000000000000000000000001")),
+        (oids.CIDR, b"10.0.0.0/8", bytes([2, 8, 1, 4, 10, 0, 0, 0])),
+        (oids.MACADDR, b"08:00:2b:01:02:03", bytes.fromhex("08002b010203")),
+        (oids.MACADDR8, b"08:00:2b:01:02:03:04:05", bytes.fromhex("08002b0102030405")),
         (oids.UUID, b"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", bytes.fromhex("a0eebc999c0b4ef8bb6d6bb9bd380a11")),
-        (int4_array, b"{1,NULL,3}", array_send(oids.INT4, [3], [1], [i32(1), None, i32(3)])),
-        (text_array, b'{{"a b",c},{"\\"",NULL}}',
-         array_send(oids.TEXT, [2, 2], [1, 1], [b"a b", b"c", b'"', None])),
-        (oids.INT4RANGE, b"[1,10)", range_send(i32(1), i32(10), True, False)),
-        (COMPOSITE_OID, b'(1,"x y",9.99,"2024-01-01 00:00:00+00")',
-         record_send([(oids.INT4, i32(1)), (oids.TEXT, b"x y"), (oids.NUMERIC, numeric_send("9.99")),
-                      (oids.TIMESTAMPTZ, i64(757382400000000))])),
         (oids.BOOL, b"t", b"\x01"),
         (oids.INT2, b"-32768", i16(-32768)),
-        (oids.FLOAT8, b"-Infinity", struct.pack(">d", float("-inf"))),
+        (oids.INT8, b"9223372036854775807", i64((1 << 63) - 1)),
+        (oids.OID, b"4294967295", u32(0xFFFFFFFF)),
+        (oids.XID8, b"42", i64(42)),
+        (oids.FLOAT4, b"1.5", struct.pack(">f", 1.5)),
+        (oids.FLOAT8, b"-Infinity", f64(float("-inf"))),
+        (oids.BYTEA, b"\\xdeadbeef", bytes.fromhex("deadbeef")),
+        (oids.CHAR, b"x", b"x"),
+        (oids.BIT, b"10110", i32(5) + b"\xb0"),
+        (oids.VARBIT, b"1", i32(1) + b"\x80"),
+        (oids.TID, b"(1,2)", u32(1) + i16(2)),
+        (oids.PG_LSN, b"16/B374D848", i64(0x16B374D848)),
+        (oids.PG_SNAPSHOT, b"10:20:10,14", i32(2) + i64(10) + i64(20) + i64(10) + i64(14)),
+        (oids.POINT, b"(1.5,-2)", f64(1.5) + f64(-2)),
+        (oids.LINE, b"{1,-1,0}", f64(1) + f64(-1) + f64(0)),
+        (oids.LSEG, b"[(0,0),(1,1)]", f64(0) + f64(0) + f64(1) + f64(1)),
+        (oids.BOX, b"(1,1),(0,0)", f64(1) + f64(1) + f64(0) + f64(0)),
+        (oids.PATH, b"[(0,0),(1,1)]", b"\x00" + i32(2) + f64(0) + f64(0) + f64(1) + f64(1)),
+        (oids.POLYGON, b"((0,0),(1,0),(0,1))", i32(3) + f64(0) + f64(0) + f64(1) + f64(0) + f64(0) + f64(1)),
+        (oids.CIRCLE, b"<(0,0),2>", f64(0) + f64(0) + f64(2)),
+        (oids.TSVECTOR, b"'cat':1A 'fat':2", i32(2) + b"cat\0" + i16(1) + struct.pack(">H", 0xC001) + b"fat\0" + i16(1) + i16(2)),
+        (oids.TSQUERY, b"'fat' & 'rat':*",
+         i32(3) + b"\x02\x02" + b"\x01\x00\x01rat\0" + b"\x01\x00\x00fat\0"),
+        (array_of[oids.INT4], b"{1,NULL,3}", array_send(oids.INT4, [3], [1], [i32(1), None, i32(3)])),
+        (array_of[oids.INT4], b"[0:1]={7,8}", array_send(oids.INT4, [2], [0], [i32(7), i32(8)])),
+        (array_of[oids.TEXT], b'{{"a b",c},{"\\"",NULL}}',
+         array_send(oids.TEXT, [2, 2], [1, 1], [b"a b", b"c", b'"', None])),
+        (array_of[oids.NUMERIC], b"{1.5,NaN}", array_send(oids.NUMERIC, [2], [1], [numeric_send("1.5"),
+                                                                                  numeric_send("NaN")])),
+        (array_of[oids.TIMESTAMPTZ], b'{"2024-01-01 00:00:00+00"}', array_send(oids.TIMESTAMPTZ, [1], [1], [ts])),
+        (array_of[oids.BOX], b"{(1,1),(0,0);(2,2),(1,1)}",
+         array_send(oids.BOX, [2], [1], [f64(1) * 2 + f64(0) * 2, f64(2) * 2 + f64(1) * 2])),
+        (oids.INT2VECTOR, b"1 2 3", array_send(oids.INT2, [3], [0], [i16(1), i16(2), i16(3)])),
+        (oids.INT4RANGE, b"[1,10)", range_send(i32(1), i32(10), True, False)),
+        (oids.TSTZRANGE, b'["2024-01-01 00:00:00+00",infinity)', range_send(ts, i64((1 << 63) - 1), True, False)),
+        (oids.NUMRANGE, b"empty", b"\x01"),
+        (oids.ARRAY_OF[oids.INT4RANGE], b'{"[1,2)",empty}',
+         array_send(oids.INT4RANGE, [2], [1], [range_send(i32(1), i32(2), True, False), b"\x01"])),
+        (oids.INT4MULTIRANGE, b"{[1,2),[5,7)}",
+         multirange(range_send(i32(1), i32(2), True, False), range_send(i32(5), i32(7), True, False))),
+        (ENUM_OID, b"happy", b"happy"),
+        (ENUM_ARRAY_OID, b"{happy,sad}", array_send(ENUM_OID, [2], [1], [b"happy", b"sad"])),
+        (DOMAIN_OID, b"9.99", numeric_send("9.99")),
+        (RANGE_OID, b"[1.00,2.50]", range_send(numeric_send("1.00"), numeric_send("2.50"), True, True)),
+        (MULTIRANGE_OID, b"{[1.00,2.50]}", multirange(range_send(numeric_send("1.00"), numeric_send("2.50"),
+                                                                 True, True))),
+        (COMPOSITE_OID, b'(1,"x y",9.99,"2024-01-01 00:00:00+00")',
+         record_send([(oids.INT4, i32(1)), (oids.TEXT, b"x y"), (DOMAIN_OID, numeric_send("9.99")),
+                      (oids.TIMESTAMPTZ, ts)])),
+        (NESTED_OID, b'("{""(1,a,,)""}","{x,\\"\\"}","[1,3)")',
+         record_send([(COMPOSITE_ARRAY_OID,
+                       array_send(COMPOSITE_OID, [1], [1], [record_send([(oids.INT4, i32(1)), (oids.TEXT, b"a"),
+                                                                          (DOMAIN_OID, None),
+                                                                          (oids.TIMESTAMPTZ, None)])])),
+                      (oids.ARRAY_OF[oids.TEXT], array_send(oids.TEXT, [2], [1], [b"x", b'"'])),
+                      (oids.INT4RANGE, range_send(i32(1), i32(3), True, False))])),
     ]
     for oid, text, binary in values:
-        yield seed(oid, False, text)
-        yield seed(oid, True, binary)
-        yield seed(oid, False, text + ROW_SEPARATOR + text, column=True)
-        yield seed(oid, True, binary + ROW_SEPARATOR + binary, column=True)
+        yield header(oid, False, False) + text
+        yield header(oid, True, False) + binary
+        yield header(oid, True, True) + ROW_SEPARATOR.join(
+            [row("t", text), row("b", binary), row("n"), row("u"), row("b", binary)])
 
 
 def write_seed_corpus(directory: Path, messages: int = 300) -> int:
