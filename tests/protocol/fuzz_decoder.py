@@ -19,10 +19,14 @@ The contract under test: whatever the bytes,
 
 Anything else escaping (``IndexError``, ``struct.error``, ``RecursionError``, a plain
 ``ValueError``...) or a hang is a bug: atheris reports it as a crash and writes the input.
+So is a project error that only wraps a low-level one (a ProtocolError without offset from
+the decoder's last-resort guard, a ValueConversionError caused by an IndexError): the
+explicit check that should have caught the bytes is missing.
 
 The first byte of the input picks the surface, the next one or two the context (protocol
-version, stream state, type, format, column options), the rest is the data — the same
-scheme as the hypothesis tests, so every path is reachable from one byte string.
+version, stream state, type, format, column options, and for values whether one byte of the
+value is repeated 20 000 times, so super-linear parsing shows up as a hang), the rest is the
+data — the same scheme as the hypothesis tests, so every path is reachable from one input.
 
 Run it as a script (libFuzzer flags pass through; empty corpus directories are seeded
 with real encoded messages and values first)::
@@ -43,7 +47,9 @@ import atheris
 with atheris.instrument_imports(include=["walspark"]):
     from walspark.protocol import (
         Decoder,
+        PrimaryKeepalive,
         ProtocolError,
+        StandbyStatusUpdate,
         XLogData,
         decode_frame,
         decode_message,
@@ -93,6 +99,9 @@ OPTIONS = [
 # row's first byte picks its TupleData kind.
 ROW_SEPARATOR = b"\xfe\xfe"
 COLUMN_KINDS = "tbnu"
+AMPLIFY = 20_000
+MISSING_CHECK_ERRORS = (IndexError, struct.error, TypeError, KeyError, AttributeError)
+BUFFER_TYPES: list[Callable[[bytes], bytes | bytearray | memoryview]] = [bytes, bytearray, memoryview]
 # In the stream surface, messages are separated by this marker.
 MESSAGE_SEPARATOR = b"\xff\x00\xff"
 
@@ -120,7 +129,11 @@ REGISTRY = make_registry()
 def _check_protocol_error(error: ProtocolError, data: bytes, lsn: int | None) -> None:
     """A ProtocolError must locate the fault: kind set, offset inside the input, our LSN."""
     assert error.lsn == lsn, f"error lost the LSN: {error!r}"
-    assert error.offset is not None and 0 <= error.offset <= len(data), f"offset outside input: {error!r}"
+    # offset None is what the decoder's last-resort guard gives a low-level exception that
+    # slipped past the explicit checks: a missing check, so a finding even though it is a
+    # ProtocolError.
+    assert error.offset is not None, f"low-level error caught only at the boundary: {error!r}"
+    assert 0 <= error.offset <= len(data), f"offset outside input: {error!r}"
     assert error.kind is not None or error.offset == 0, f"error names no kind: {error!r}"
     str(error)
 
@@ -131,8 +144,11 @@ def check_message(data: bytes) -> None:
         return
     version, in_stream, parallel = CONTEXTS[data[0] % len(CONTEXTS)]
     payload = data[1:]
+    # The decoders accept any buffer (a psycopg CopyData is a memoryview); the higher bits of
+    # the context byte pick the buffer type, so the conversion paths are fuzzed too.
+    buffer = BUFFER_TYPES[(data[0] // len(CONTEXTS)) % len(BUFFER_TYPES)](payload)
     try:
-        message = decode_message(payload, protocol_version=version, in_stream=in_stream,
+        message = decode_message(buffer, protocol_version=version, in_stream=in_stream,
                                  parallel_abort=parallel, lsn=LSN)
     except ProtocolError as error:
         _check_protocol_error(error, payload, LSN)
@@ -158,9 +174,19 @@ def check_stream(data: bytes) -> None:
 
 
 def check_frame(data: bytes) -> None:
-    """A CopyData frame; an XLogData frame's payload is decoded as a message too."""
+    """A CopyData frame; an XLogData frame's payload is decoded as a message too.
+
+    Each frame class's own ``decode`` is tried on the same bytes as well: callers that know
+    the kind use it directly, and it must refuse a frame of another kind just as cleanly.
+    """
+    for decode in (XLogData.decode, PrimaryKeepalive.decode, StandbyStatusUpdate.decode):
+        try:
+            decode(data)
+        except ProtocolError as error:
+            assert error.offset is not None and 0 <= error.offset <= len(data), f"offset outside input: {error!r}"
+            str(error)
     try:
-        frame = decode_frame(data)
+        frame = decode_frame(memoryview(data))
     except ProtocolError as error:
         assert error.offset is not None and 0 <= error.offset <= len(data), f"offset outside input: {error!r}"
         str(error)
@@ -181,6 +207,13 @@ def check_value(data: bytes) -> None:
     mode = data[2]
     binary = bool(mode & 1)
     raw = data[3:]
+    if mode & 4 and len(raw) >= 2:
+        # Amplified: raw[0] picks a byte of the value, repeated AMPLIFY times. Super-linear
+        # parsing (a regex that backtracks over a run of digits, a quadratic loop) costs
+        # microseconds on libFuzzer's short inputs; over a 20 000-byte run it becomes a hang
+        # that -timeout reports.
+        at = raw[0] % (len(raw) - 1) + 1
+        raw = raw[1:at] + raw[at:at + 1] * AMPLIFY + raw[at + 1:]
     try:
         codec = REGISTRY.resolve(oid, typmod, options, binary=binary)
     except ValueConversionError:
@@ -197,6 +230,10 @@ def check_value(data: bytes) -> None:
         else:
             codec.decode("b" if binary else "t", raw)
     except ValueConversionError as error:
+        # Codecs turn ValueError/ArithmeticError from int(), Decimal, datetime... into this
+        # error by design; an IndexError, struct.error or TypeError underneath means a decoder
+        # read past its input or mixed up types: a missing check, so a finding.
+        assert not isinstance(error.__cause__, MISSING_CHECK_ERRORS), f"{error!r} from {error.__cause__!r}"
         str(error)
 
 
@@ -250,8 +287,9 @@ def _value_seeds() -> Iterator[bytes]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.values.vectors import array_send, f64, i16, i32, i64, numeric_send, range_send, record_send, u32
 
-    def header(oid: int, binary: bool, column: bool) -> bytes:
-        return bytes([SURFACE_VALUE, TYPE_OIDS.index(oid), 0, (1 if binary else 0) | (2 if column else 0)])
+    def header(oid: int, binary: bool, column: bool, amplified: bool = False) -> bytes:
+        mode = (1 if binary else 0) | (2 if column else 0) | (4 if amplified else 0)
+        return bytes([SURFACE_VALUE, TYPE_OIDS.index(oid), 0, mode])
 
     def row(kind: str, raw: bytes = b"") -> bytes:
         return bytes([COLUMN_KINDS.index(kind)]) + raw
@@ -343,6 +381,8 @@ def _value_seeds() -> Iterator[bytes]:
     for oid, text, binary in values:
         yield header(oid, False, False) + text
         yield header(oid, True, False) + binary
+        for at in sorted({0, len(text) // 2, len(text) - 1}):  # a few bytes of each text form
+            yield header(oid, False, False, amplified=True) + bytes([at]) + text
         yield header(oid, True, True) + ROW_SEPARATOR.join(
             [row("t", text), row("b", binary), row("n"), row("u"), row("b", binary)])
 
@@ -367,8 +407,8 @@ def main(argv: list[str]) -> None:
     flags = [flag for flag in DEFAULT_FLAGS if flag.split("=", 1)[0] not in given]
     for arg in argv[1:]:
         if not arg.startswith("-"):
-            corpus = Path(arg)
-            if not corpus.exists() or not any(corpus.iterdir()):
+            corpus = Path(arg)  # a corpus directory, or a crash file to replay
+            if not corpus.exists() or (corpus.is_dir() and not any(corpus.iterdir())):
                 print(f"seeding {corpus}: {write_seed_corpus(corpus)} inputs", file=sys.stderr)
     atheris.Setup([argv[0], *flags, *argv[1:]], test_one_input)
     atheris.Fuzz()
