@@ -151,3 +151,21 @@ def test_numeric_binary_rejects_garbage() -> None:
         decode_numeric_binary(i16(1) + i16(0) + i16(0) + i16(0) + i16(10000))
     with pytest.raises(ValueConversionError):
         decode_numeric_binary(b"\x00\x01")
+
+
+def test_numeric_binary_beyond_pythons_int_string_limit() -> None:
+    """numeric holds 131072 digits before the point; Python refuses int -> str beyond 4300 digits.
+
+    The binary decoder used to build the coefficient as an int and print it, so every valid
+    value wider than 4300 digits failed with "Exceeds the limit (4300 digits)".
+    """
+    # 80000 digits before the point (20000 base-10000 groups), 16383 after.
+    groups = [9999] * 20000 + [1111] * 4095 + [1110]
+    raw = i16(len(groups)) + i16(19999) + i16(0) + i16(16383) + b"".join(i16(g) for g in groups)
+    wide = decode_numeric_binary(raw)
+    assert wide.as_tuple() == (0, (9,) * 80000 + (1,) * 16383, -16383)
+    assert format_numeric(wide) == "9" * 80000 + "." + "1" * 16383
+    # ndigits 1, weight 32767, sign +, dscale 0, digit 1: 1 followed by 131068 zeros
+    raw = i16(1) + i16(32767) + i16(0) + i16(0) + i16(1)
+    assert decode_numeric_binary(raw) == Decimal(10) ** 131068
+    assert codec(oids.NUMERIC).decode("b", raw) == Decimal(10) ** 131068

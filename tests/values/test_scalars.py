@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from walspark.values import ValueConversionError, oids
+from walspark.values import ValueConversionError, oids, to_arrow_array
 from walspark.values.scalars import (
     decode_bytea_text, format_bytea_escape, format_bytea_hex, format_float4, format_float8, to_float4,
 )
@@ -126,3 +126,23 @@ def test_format_float4_like_float4out(x: float, text: str) -> None:
 @given(st.floats(allow_nan=False))
 def test_format_float8_round_trips(x: float) -> None:
     assert float(format_float8(x).replace("Infinity", "inf")) == x
+
+
+@pytest.mark.timeout(30)  # a hang bound, not a speed check: the old pattern needed ~15 minutes
+@pytest.mark.parametrize("oid", [oids.FLOAT8, oids.FLOAT4])
+def test_long_malformed_float_text_is_refused_without_backtracking(oid: int) -> None:
+    """A long digit run with a bad last byte used to backtrack quadratically in the float pattern.
+
+    ``[0-9]+\\.?[0-9]*`` can split a run of digits anywhere, so every split was tried before
+    failing: 20 000 digits took 37 s. Found by probing the values decoders with long runs of one
+    byte (now the fuzz target's "amplified" values).
+    """
+    c = codec(oid)
+    bad = b"1" * 100_000 + b"x"
+    with pytest.raises(ValueConversionError):
+        c.decode("t", bad)
+    with pytest.raises(ValueConversionError):
+        to_arrow_array(c, "t", [bad])
+    for good, value in ((b"12", 12.0), (b"12.", 12.0), (b"1.5e3", 1500.0), (b".5", 0.5), (b"-1e-2", -0.01)):
+        value = to_float4(value) if oid == oids.FLOAT4 else value
+        assert c.decode("t", good) == value

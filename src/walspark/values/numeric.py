@@ -99,22 +99,27 @@ def decode_numeric_binary(data: bytes) -> Decimal:
         return Decimal("-Infinity")
     if sign not in (_NUMERIC_POS, _NUMERIC_NEG) or ndigits < 0 or dscale < 0:
         raise ValueConversionError("invalid numeric binary header", value=data)
-    coeff = 0
+    # The coefficient is built as decimal digit text, never as a Python int: numeric holds
+    # up to 131072 digits before the point, and int -> str beyond 4300 digits is refused by
+    # Python (sys.set_int_max_str_digits) and quadratic anyway.
+    groups = []
     for _ in range(ndigits):
         d = r.i16()
         if not 0 <= d < _NBASE:
             raise ValueConversionError("invalid numeric digit", value=data)
-        coeff = coeff * _NBASE + d
+        groups.append(f"{d:04d}")
     r.expect_end()
-    exp = (weight - ndigits + 1) * 4  # value = coeff * 10**exp
+    digits = "".join(groups)
+    exp = (weight - ndigits + 1) * 4  # value = int(digits) * 10**exp
     if exp > -dscale:
-        coeff *= 10 ** (exp + dscale)
+        digits += "0" * (exp + dscale)
     elif exp < -dscale:
-        coeff, rem = divmod(coeff, 10 ** (-dscale - exp))
-        if rem:
+        cut = -dscale - exp  # digits below dscale: numeric_send never sends non-zero ones
+        if digits[-cut:].strip("0"):
             raise ValueConversionError("numeric digits beyond dscale", value=data)
-    digits = tuple(int(c) for c in str(coeff)) if coeff else (0,)
-    return Decimal((1 if sign == _NUMERIC_NEG else 0, digits, -dscale))
+        digits = digits[:-cut] if cut < len(digits) else ""
+    digits = digits.lstrip("0") or "0"
+    return Decimal((1 if sign == _NUMERIC_NEG else 0, tuple(map(int, digits)), -dscale))
 
 
 def format_numeric(value: Decimal) -> str:

@@ -75,7 +75,10 @@ decode_uint8_binary = _fixed(struct.Struct(">Q"), "uint8")  # xid8, pg_lsn
 # float4out/float8out print the shortest text that reads back to the same value when
 # extra_float_digits > 0 (the default since PG 12), 'NaN', 'Infinity' and '-Infinity'.
 
-_FLOAT_TEXT = re.compile(rb"-?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|Infinity)\Z|NaN\Z")
+# Every digit run is followed by something that must differ from a digit (no `[0-9]+\.?[0-9]*`):
+# that ambiguous form made a long run of digits with a bad last byte backtrack quadratically
+# (20 000 digits took 37 s), a hang on a corrupt value.
+_FLOAT_TEXT = re.compile(rb"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|Infinity)\Z|NaN\Z")
 
 
 def decode_float8_text(data: bytes) -> float:
