@@ -149,9 +149,11 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     progress = StreamProgress(settings.dsn, say)
     spark.streams.addListener(progress.listener)
     try:
-        return _run_queries(spark, settings, sink, say)
+        starts = _run_queries(spark, settings, sink, say)
     finally:
         spark.streams.removeListener(progress.listener)
+    sink.flush()  # the last batch's progress rows, written in the background
+    return starts
 
 
 def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int:  # type: ignore[no-untyped-def]

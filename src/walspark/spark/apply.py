@@ -43,6 +43,7 @@ import json
 import logging
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -820,6 +821,17 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
 # ---------------------------------------------------------------------------------------------
 # Builder
 
+_PROGRESS_WRITER: list[ThreadPoolExecutor] = []
+
+
+def _progress_writer() -> ThreadPoolExecutor:
+    """The one thread writing progress commits in the background (joined at interpreter exit,
+    before PySpark's own exit hooks stop the session)."""
+    if not _PROGRESS_WRITER:
+        _PROGRESS_WRITER.append(ThreadPoolExecutor(1, thread_name_prefix="walspark-progress"))
+    return _PROGRESS_WRITER[0]
+
+
 
 @dataclass(frozen=True, slots=True)
 class _TableOptions:
@@ -844,6 +856,8 @@ class ApplyChanges:
     _known: dict[str, dict[str, DataType | None]] = field(default_factory=dict, compare=False, repr=False)
     #: How many tables of a batch are applied at once.
     _parallelism: int = 4
+    #: The last batch's progress commit, written in the background (see :meth:`flush`).
+    _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
 
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
@@ -878,6 +892,20 @@ class ApplyChanges:
         finally:
             batch_df.unpersist()
 
+    def flush(self) -> None:
+        """Wait until the last batch's progress rows are written; raise what made them fail.
+
+        A batch's progress commit (one Delta append, about a second) runs in the background
+        while the next batch is read and applied, instead of lengthening every batch. That is
+        safe because the progress table is a shortcut, not the source of truth: a batch
+        replayed after a crash that lost its progress rows is still skipped table by table by
+        Delta's transaction id, committed atomically with the data. Each batch waits for the
+        previous one's progress before writing its own, so they land in order, one at a time.
+        Call this before stopping the Spark session (``walspark run`` does).
+        """
+        while self._progress:
+            self._progress.pop(0).result()
+
     def parallelism(self, tables: int) -> ApplyChanges:
         """Apply up to this many tables of a batch at once (default 4; 1: one after the other)."""
         if tables < 1:
@@ -895,7 +923,6 @@ class ApplyChanges:
         the batch then fails (after recording the tables that were applied), so the stream does
         not move past the table that could not follow.
         """
-        from concurrent.futures import ThreadPoolExecutor
 
         from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
@@ -941,7 +968,9 @@ class ApplyChanges:
                         outcomes.append(exc)
         results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
-        ProgressTable(spark, self.target).record_many(records)
+        self.flush()
+        if records:
+            self._progress.append(_progress_writer().submit(ProgressTable(spark, self.target).record_many, records))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         unexpected = [e for e in errors if not isinstance(e, SchemaEvolutionError)]
         if unexpected:

@@ -21,6 +21,11 @@ Crash windows (the progress rows are written *after* the tables' commits, in one
   others, then the progress rows are written.
 - crash after the progress rows: the replay is skipped by the progress check.
 
+The streaming sink writes a batch's progress rows in the background while the next batch runs
+(``ApplyChanges.flush``), so Spark may commit a batch, and the slot be confirmed, before its
+progress rows are in: a crash then is the second window above, for which the transaction ids
+suffice. The progress table may lag the Delta tables; it is never ahead of them.
+
 A batch that fails on one table (an incompatible schema change) still records the tables that
 were applied, then fails.
 """
