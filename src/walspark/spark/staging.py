@@ -39,6 +39,7 @@ from pathlib import Path
 from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
 from walspark.changes.relations import RelationCache
 from walspark.protocol import Relation, Type, decode_message, format_lsn
+from walspark.source.dsn import redact_secrets
 from walspark.source.errors import ConnectionLost, SlotInUse
 from walspark.source.options import StreamOptions
 from walspark.source.stream import Reconnected, ReplicationStream
@@ -370,7 +371,10 @@ class Stager:
         except _Stop:
             pass
         except BaseException as exc:  # noqa: BLE001 - reported to the Spark-facing side
-            log.exception("stager of slot %s failed", self.slot)
+            # One line: the failure itself reaches the user through the query's error; the
+            # traceback is for debugging (-vv).
+            log.error("stager of slot %s failed: %s", self.slot, redact_secrets(str(exc), self.dsn) or type(exc).__name__)
+            log.debug("stager of slot %s failed", self.slot, exc_info=True)
             with self._cond:
                 self._failure = exc
                 self._cond.notify_all()
