@@ -129,7 +129,7 @@ class Workload:
 
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                next_order = conn.execute("SELECT max(id) + 1 FROM shop.orders").fetchone()[0]
+                next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM shop.orders").fetchone()[0]
                 while not self._stop.wait(1.0 / self.rate):
                     with conn.transaction():
                         next_order = self._one(conn, next_order)
@@ -140,7 +140,7 @@ class Workload:
     def _one(self, conn: psycopg.Connection, next_order: int) -> int:
         rng = self._rng
         roll = rng.random()
-        if roll < 0.35:  # a new order with its lines
+        if roll < 0.35 or next_order <= 1:  # a new order with its lines (the first, after a truncate)
             conn.execute(
                 "INSERT INTO shop.orders VALUES (%s, %s, 'new', 0, now(), %s)",
                 (next_order, rng.randint(1, 2000), "gift wrap " * 3000 if rng.random() < 0.1 else None),

@@ -57,7 +57,7 @@ class CrashWorkload(Workload):
             conn.execute(f"TRUNCATE {tables}")
             self.truncates += 1
             return next_order
-        if roll < 0.1:  # a TOASTed note rewritten (touched), on an order that may or may not have one
+        if roll < 0.1 and next_order > 1:  # a TOASTed note rewritten (touched), on an order that may or may not have one
             conn.execute(
                 "UPDATE shop.orders SET note = repeat(%s, 3000), total = total + 1 WHERE id = %s",
                 (f"rewritten {rng.randrange(1 << 30)} ", rng.randint(max(1, next_order - 500), next_order - 1)),

@@ -97,6 +97,15 @@ def slot_confirmed(dsn: str, slot: str = "s") -> int:
     return parse_lsn(lsn)
 
 
+def idle_mark(staging: Path) -> int:
+    """The highest idle keepalive position a stager under ``staging`` recorded (0: none).
+
+    The stager lets the slot move past the last committed batch only to such a position, with
+    no transaction in between, and records it *before* the slot moves (read the slot first).
+    """
+    return max((parse_lsn(p.read_text().strip()) for p in staging.rglob("idle-confirmed")), default=0)
+
+
 def current_lsn(dsn: str) -> int:
     with psycopg.connect(dsn) as conn:
         return parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])

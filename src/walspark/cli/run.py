@@ -84,11 +84,12 @@ class StreamProgress:
     in bytes: what is left to read. Registered as a Spark streaming listener for the query.
     """
 
-    def __init__(self, dsn: str, say) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, dsn: str, say, staging: str | None = None) -> None:  # type: ignore[no-untyped-def]
         from pyspark.sql.streaming import StreamingQueryListener
 
         self.dsn = dsn
         self.say = say
+        self.staging = staging
         progress = self
 
         class _Listener(StreamingQueryListener):
@@ -109,6 +110,14 @@ class StreamProgress:
     def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
         import json
 
+        if self.staging is not None:
+            try:  # the batch is in the commit log: let the stager confirm it now (note_committed_end)
+                from walspark.protocol import parse_lsn
+                from walspark.spark.staging import note_committed_end
+
+                note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
+            except Exception:  # noqa: BLE001 - an optimisation: Spark's own commit(end) comes later anyway
+                log.debug("could not note the committed batch end", exc_info=True)
         rows = progress.numInputRows
         if not rows:
             return
@@ -146,7 +155,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
                               progress=lambda update: say(update.line()))  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
     sink = ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}").scd2(*settings.scd2)
-    progress = StreamProgress(settings.dsn, say)
+    progress = StreamProgress(settings.dsn, say, settings.staging)
     spark.streams.addListener(progress.listener)
     try:
         starts = _run_queries(spark, settings, sink, say)

@@ -160,6 +160,9 @@ class ReplicationStream:
             read, so a slow consumer does not time out.
         idle_confirm: report keepalive positions as flushed when nothing is pending (see
             module docstring). Off, the slot only moves with :meth:`confirm`.
+        before_idle_confirm: called with an idle-confirm position before it is reported, for a
+            consumer whose own bookkeeping must know the slot may move there (the Spark
+            stager records it durably); if it raises, the position is not reported.
         reconnect: the retry policy, or None to raise on the first dropped connection.
         on_reconnect: called with each :class:`Reconnected` (also yielded by the stream).
         create_temporary_slot: create ``slot`` as a TEMPORARY slot on the stream's own
@@ -181,6 +184,7 @@ class ReplicationStream:
         status_interval: float = 10.0,
         heartbeat: bool = True,
         idle_confirm: bool = True,
+        before_idle_confirm: Callable[[int], None] | None = None,
         reconnect: ReconnectPolicy | None = ReconnectPolicy(),
         on_reconnect: Callable[[Reconnected], None] | None = None,
         create_temporary_slot: bool = False,
@@ -195,6 +199,7 @@ class ReplicationStream:
         self.requested_options = options
         self.status_interval = float(status_interval)
         self.idle_confirm = idle_confirm
+        self.before_idle_confirm = before_idle_confirm
         self.reconnect_policy = reconnect
         self.on_reconnect = on_reconnect
         self.create_temporary_slot = create_temporary_slot
@@ -431,6 +436,12 @@ class ReplicationStream:
             and self._confirmed >= self._received
             and wal_end > self._flushed
         ):
+            if self.before_idle_confirm is not None:
+                try:
+                    self.before_idle_confirm(wal_end)
+                except Exception as exc:  # noqa: BLE001 - the consumer said no: keep the slot where it is
+                    log.warning("slot %s: idle confirm of %s refused (%s)", self.slot, format_lsn(wal_end), exc)
+                    return
             log.debug("slot %s idle: reporting keepalive position %s as flushed", self.slot, format_lsn(wal_end))
             self._flushed = wal_end
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -38,7 +39,7 @@ from pathlib import Path
 
 from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
 from walspark.changes.relations import RelationCache
-from walspark.protocol import Relation, Type, decode_message, format_lsn
+from walspark.protocol import Relation, Type, decode_message, format_lsn, parse_lsn
 from walspark.source.dsn import redact_secrets
 from walspark.source.errors import ConnectionLost, SlotInUse
 from walspark.source.options import StreamOptions
@@ -57,6 +58,28 @@ log = logging.getLogger(__name__)
 _I, _U, _D, _T, _R, _Y, _M = (ord(c) for c in "IUDTRYM")
 _CHANGE_KINDS = frozenset((_I, _U, _D, _T))
 _MARKER = "walspark-staging.json"
+#: The highest idle keepalive position the stream reported as flushed (see _record_idle_confirm).
+_IDLE_MARK = "idle-confirmed"
+#: The end offset of the last batch in the query's commit log, as seen by the driver (see
+#: :func:`note_committed_end`).
+_COMMITTED = "committed-end"
+
+
+def note_committed_end(directory: str | Path, end_lsn: int) -> None:
+    """Tell the stager under ``directory`` that Spark's commit log holds a batch ending at ``end_lsn``.
+
+    Spark calls the source's ``commit(end)`` for batch N only when it plans batch N+1, so after
+    the last batch of a burst the slot stays behind it until new changes arrive — WAL stays
+    pinned, and a *fast* shutdown of the server waits for walspark's confirmation forever. The
+    driver learns that a batch is in the commit log from the query's progress events (posted
+    after the commit log is written) and writes its end here; the stager, which runs in
+    Spark's source process, picks it up and confirms it like a ``commit(end)``. ``walspark run``
+    does this; with the data source alone, call it from a ``StreamingQueryListener``.
+    """
+    path = Path(directory) / _COMMITTED
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(format_lsn(end_lsn))
+    os.replace(tmp, path)
 
 
 class StagingError(RuntimeError):
@@ -126,6 +149,8 @@ class Stager:
         self._staged_end = 0
         self._offered = 0
         self._expected_start: int | None = None
+        self._idle_mark = 0  # loaded from the staging directory (see _record_idle_confirm)
+        self._committed_read = 0.0  # when the driver's committed-end note was last read
         self._stream_start: int | None = None
         self._caught_up_to = 0
         self._failure: BaseException | None = None
@@ -186,6 +211,10 @@ class Stager:
                                    f"staging path per query (slot {self.slot!r})")
         else:
             marker.write_text(json.dumps(identity))
+        # A note of the previous process's driver: this query's commits will say it again.
+        (self.directory / _COMMITTED).unlink(missing_ok=True)
+        idle = self.directory / _IDLE_MARK
+        self._idle_mark = parse_lsn(idle.read_text().strip()) if idle.exists() else 0
         shutil.rmtree(self.directory / "spill", ignore_errors=True)
         segments = remove_incomplete_tail(self.segment_dir)
         entries = list(iter_entries(segments))
@@ -266,7 +295,7 @@ class Stager:
         expected, slot = self._expected_start, self._stream_start
         if expected is None or slot is None or self._failure is not None:
             return
-        if slot > expected and self._staged_end < slot:
+        if slot > max(expected, self._idle_mark) and self._staged_end < slot:
             self._failure = StagingError(
                 f"slot {self.slot!r} was advanced to {format_lsn(slot)} by another consumer while this query's "
                 f"checkpoint is at {format_lsn(expected)}: the changes in between are lost to this query; "
@@ -414,7 +443,8 @@ class Stager:
         """Open the stream; a slot still held by a previous (killed) run is waited for."""
         deadline = time.monotonic() + self.slot_wait_seconds
         while True:
-            stream = self._stream_factory(self.dsn, self.slot, self.stream_options, idle_confirm=False,
+            stream = self._stream_factory(self.dsn, self.slot, self.stream_options, idle_confirm=True,
+                                          before_idle_confirm=self._record_idle_confirm,
                                           status_interval=self.status_interval)
             try:
                 return stream.open()
@@ -426,8 +456,22 @@ class Stager:
                 if self._stop.wait(0.5):
                     return None
 
+    def _read_committed_end(self) -> None:
+        """Pick up the driver's note of the last committed batch (see :func:`note_committed_end`)."""
+        try:
+            end = parse_lsn((self.directory / _COMMITTED).read_text().strip())
+        except (OSError, ValueError):
+            return
+        with self._cond:
+            known = self._confirm_request
+        if end > known and end <= self._last_end:  # never beyond what this stager staged
+            self.commit(end)
+
     def _housekeeping(self, stream: ReplicationStream, last_ping: float) -> float:
         now = time.monotonic()
+        if now - self._committed_read >= 0.25:
+            self._committed_read = now
+            self._read_committed_end()
         self._apply_confirm(stream)
         wal_end = stream.positions.server_wal_end
         if wal_end > self._seen:
@@ -472,6 +516,29 @@ class Stager:
             if self._heartbeat_conn is not None:
                 self._heartbeat_conn.close()  # type: ignore[attr-defined]
                 self._heartbeat_conn = None
+
+    def _record_idle_confirm(self, lsn: int) -> None:
+        """The stream is about to confirm an idle keepalive position: write it down first.
+
+        When everything received is committed by Spark and no transaction is open, the stream
+        reports the server's keepalive position as flushed (see :mod:`walspark.source.stream`):
+        a quiet publication then stops pinning WAL, and a *fast* shutdown of the server is not
+        held up by walspark (PostgreSQL waits for its walsenders' clients to confirm what was
+        sent). The slot may then be ahead of the checkpoint with nothing in between; this mark,
+        written before the position is reported, is how a restarted query tells that apart from
+        a slot moved by another consumer (``expect_start``).
+        """
+        if lsn <= self._idle_mark:
+            return
+        path = self.directory / _IDLE_MARK
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(format_lsn(lsn))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        with self._cond:
+            self._idle_mark = lsn
 
     def _apply_confirm(self, stream: ReplicationStream) -> None:
         with self._cond:
