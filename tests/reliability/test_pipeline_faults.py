@@ -20,17 +20,8 @@ import pytest
 
 from walspark.embedded.postgres import EmbeddedPostgres
 
-from .support import (
-    SLOT,
-    CrashWorkload,
-    Pipeline,
-    committed_batches,
-    create_shop,
-    delta_batches,
-    mismatches,
-    repeated_batches,
-    wait_for,
-)
+from . import support
+from .support import SLOT, CrashWorkload, Pipeline, committed_batches, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -71,7 +62,7 @@ def _still_streaming(target, pipeline: Pipeline, what: str) -> None:  # type: ig
 def test_walsender_terminations_and_server_restarts_under_a_live_pipeline(spark, server, tmp_path):
     dsn = server.dsn()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        create_shop(conn, customers=500, products=100, orders=500)
+        support.create_shop(conn, customers=500, products=100, orders=500)
     target = tmp_path / "lake"
     pipeline = Pipeline(dsn, target, tmp_path / "logs")
     work: CrashWorkload | None = CrashWorkload(dsn, rate=10.0, seed=5).start()
@@ -97,14 +88,14 @@ def test_walsender_terminations_and_server_restarts_under_a_live_pipeline(spark,
         while True:
             assert pipeline.alive(), f"walspark run exited:\n{pipeline.log_tail()}"
             with psycopg.connect(dsn, autocommit=True) as conn:
-                diff = mismatches(conn, spark, str(target))
+                diff = support.mismatches(conn, spark, str(target))
             if not diff:
                 break
             assert time.monotonic() < deadline, f"Delta still differs from the source: {diff}"
             time.sleep(3.0)
-        batches = delta_batches(spark, str(target))
+        batches = support.delta_batches(spark, str(target))
         assert batches, "no Delta commit carries a batch note: the no-double-apply check would be vacuous"
-        assert not repeated_batches(batches), f"batches applied twice: {repeated_batches(batches)}"
+        assert not support.repeated_batches(batches), f"batches applied twice: {support.repeated_batches(batches)}"
         print(f"caught up: equality held; {len(batches)} noted commits, none twice; {pipeline.runs} run")
     finally:
         pipeline.kill()
