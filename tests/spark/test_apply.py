@@ -275,6 +275,32 @@ def test_replayed_batch_changes_nothing(source_factory, spark, tmp_path):
     assert [h.operation for h in sorted(history, key=lambda h: h.version)] == ["WRITE", "MERGE"]
 
 
+def test_replayed_multi_table_append_batch_changes_nothing(source_factory, spark, tmp_path):
+    """Tables of one batch are applied in parallel, each through a clone of the session: an
+    appended (insert-only) table must carry its transaction id itself — once it did not, and a
+    batch replayed after a crash between the Delta writes and Spark's commit log doubled it."""
+    src = source_factory("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text)")
+    target = str(tmp_path / "lake")
+    src.sql("INSERT INTO a SELECT g, 'a' FROM generate_series(1, 10) g",
+            "INSERT INTO b SELECT g, 'b' FROM generate_series(1, 7) g")  # fmt: skip
+    parts = src.drain()
+    batch = parts[0].unionByName(parts[1])  # same shape: one per-table-layout batch of two tables
+    sink = ApplyChanges(target).app_id("multi")
+    assert len(sink.foreach_batch(batch, 0)) == 2
+    sink.flush()
+    versions = {t: spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/{t}`").count() for t in "ab"}
+    # The crash: the tables' writes are in Delta, the progress rows and Spark's commit are not.
+    import shutil
+
+    shutil.rmtree(f"{target}/_walspark/progress")
+    ProgressTable.forget()
+    sink.foreach_batch(batch, 0)
+    sink.flush()
+    for t in "ab":
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/{t}`").count() == versions[t]
+        assert_equal(spark, src, target, f"public.{t}")
+
+
 def test_identifiers_of_any_form_keep_their_names(source_factory, spark, tmp_path):
     src = source_factory(
         'CREATE SCHEMA "Sales Dept"; '

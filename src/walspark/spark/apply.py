@@ -578,6 +578,10 @@ class IdempotentWrite:
 
     def __init__(self, spark: SparkSession, app_id: str, version: int, note: str) -> None:
         self.spark, self.settings = spark, {_TXN_APP_ID: app_id, _TXN_VERSION: str(version), _USER_METADATA: note}
+        #: The same as DataFrameWriter options. A DataFrame writes through *its own* session, not
+        #: ``spark`` (a per-thread clone when tables are applied in parallel), so a plain write
+        #: must carry them itself or it would not be idempotent.
+        self.writer_options = {"txnAppId": app_id, "txnVersion": str(version), "userMetadata": note}
 
     def __enter__(self) -> None:
         for k, v in self.settings.items():
@@ -618,7 +622,8 @@ def merge_scd1(target: TargetTable, source: DataFrame, keys: Sequence[str], name
     merge.execute()
 
 
-def append_inserts(target: TargetTable, rows: DataFrame, fields: Sequence[StructField]) -> None:
+def append_inserts(target: TargetTable, rows: DataFrame, fields: Sequence[StructField],
+                   idempotence: IdempotentWrite) -> None:  # fmt: skip
     """Append a batch of only inserts: no MERGE needed, and several times cheaper.
 
     Why this is exact: the rows carry the replica identity key, which is unique in PostgreSQL,
@@ -635,7 +640,7 @@ def append_inserts(target: TargetTable, rows: DataFrame, fields: Sequence[Struct
     types = {f.name: f.dataType for f in target.columns()}
     rows.where(F.col("_op") == "I").select(
         *[F.col(quote(f.name)).cast(types.get(f.name, f.dataType)).alias(f.name) for f in fields]
-    ).write.format("delta").mode("append").save(target.path)
+    ).write.format("delta").mode("append").options(**idempotence.writer_options).save(target.path)
 
 
 def multiset_deltas(rows: DataFrame, names: Sequence[str]) -> DataFrame:
@@ -780,9 +785,10 @@ def _apply_table(
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
-    with IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note):
+    idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note)
+    with idempotence:
         if mode == "scd1":
-            _apply_scd1(tgt, rows, facts, fields, dropped)
+            _apply_scd1(tgt, rows, facts, fields, dropped, idempotence)
         else:
             from .apply_scd2 import apply_scd2
 
@@ -792,10 +798,10 @@ def _apply_table(
 
 
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],
-                dropped: Sequence[str]) -> None:  # fmt: skip
+                dropped: Sequence[str], idempotence: IdempotentWrite) -> None:  # fmt: skip
     names = [f.name for f in fields]
     if facts.inserts == facts.rows and facts.keys and facts.replica_keys:
-        append_inserts(tgt, rows, fields)
+        append_inserts(tgt, rows, fields, idempotence)
         return
     if facts.truncates:
         last = facts.truncates[-1]
