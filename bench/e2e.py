@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from streaming import start_pipeline  # bench/streaming.py, beside this script
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -159,7 +161,6 @@ class Bench:
 def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rate: float, seconds: float,
               trigger: float) -> tuple[list[Row], dict[str, float]]:  # fmt: skip
     """The streaming scenario: fixed-rate writes while run_pipeline streams; lag sampled from Delta."""
-    from walspark.cli.run import run_pipeline
     from walspark.source.slots import create_slot
 
     accounts = 100_000
@@ -177,20 +178,7 @@ def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rat
     target = f"{tmp}/sustained"
     settings = pipeline_settings(dsn, "bench_pub", "bench_slot", target, trigger_seconds=trigger)
     runner_error: list[BaseException] = []
-
-    def runner() -> None:
-        try:
-            run_pipeline(spark, settings, say=log)
-        except BaseException as exc:  # reported below
-            runner_error.append(exc)
-
-    thread = threading.Thread(target=runner, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 600
-    while not spark.streams.active:
-        if runner_error or time.monotonic() > deadline:
-            raise SystemExit(f"sustained: the pipeline did not start: {runner_error}")
-        time.sleep(0.2)
+    thread = start_pipeline(spark, settings, log, timeout=600, failures=runner_error)
     with psycopg.connect(dsn, autocommit=True) as conn:
         create_slot(conn, "bench_recv")
     log(f"sustained: streaming; writing {rate:g} txn/s for {seconds:g} s")

@@ -25,6 +25,8 @@ import time
 
 import psycopg
 
+from streaming import start_pipeline  # bench/streaming.py, beside this script
+
 _T0 = time.perf_counter()
 
 
@@ -63,7 +65,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     args = parser.parse_args()
 
-    from walspark.cli.run import RunSettings, run_pipeline
+    from walspark.cli.run import RunSettings
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.source.slots import create_slot
     from walspark.spark.session import spark_session
@@ -78,19 +80,7 @@ def main() -> None:
         target = f"{tmp}/lake"
         settings = RunSettings(dsn, "fresh_pub", "fresh_slot", target, trigger_seconds=args.trigger)
         failures: list[BaseException] = []
-
-        def pipeline() -> None:
-            try:
-                run_pipeline(spark, settings, say=log)
-            except BaseException as exc:  # reported below
-                failures.append(exc)
-
-        threading.Thread(target=pipeline, daemon=True).start()
-        deadline = time.monotonic() + 300
-        while not spark.streams.active:
-            if failures or time.monotonic() > deadline:
-                raise SystemExit(f"the pipeline did not start: {failures}")
-            time.sleep(0.2)
+        start_pipeline(spark, settings, log, timeout=300, failures=failures)
         log(f"streaming; writing {args.rate:g} txn/s for {args.seconds:g} s, sampling Delta every {args.sample:g} s")
         done = threading.Event()
         threading.Thread(target=writer, args=(dsn, args.rate, args.seconds, done, failures), daemon=True).start()

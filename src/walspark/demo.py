@@ -214,20 +214,29 @@ def _checksum(rows: list[tuple]) -> str:
     return digest.hexdigest()[:16]
 
 
+def table_rows(conn: psycopg.Connection, spark: SparkSession, target: str, table: str) -> tuple[list, list]:
+    """(source rows, Delta rows) of one shop table, canonical per column, sorted by key.
+
+    The Delta side is read with plain ``spark.read.format("delta")``: the comparison must not
+    share a code path with what it checks.
+    """
+    keys, canonical = _CANONICAL[table]
+    columns = [name for (name,) in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
+        " ORDER BY attnum", (f"shop.{table}",)).fetchall()]  # fmt: skip
+    pg_cols = ", ".join(canonical.get(c, (c, c))[0] for c in columns)
+    spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
+    source = [tuple(r) for r in conn.execute(f"SELECT {pg_cols} FROM shop.{table} ORDER BY {', '.join(keys)}")]
+    frame = spark.read.format("delta").load(f"{target}/shop/{table}")
+    target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
+    return source, target_rows
+
+
 def compare(conn: psycopg.Connection, spark: SparkSession, target: str) -> list[TableComparison]:
     """Source vs Delta, table by table, row by row in key order."""
     out = []
     for table in TABLES:
-        keys, canonical = _CANONICAL[table]
-        columns = [name for (name,) in conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
-            " ORDER BY attnum", (f"shop.{table}",)).fetchall()]  # fmt: skip
-        pg_cols = ", ".join(canonical.get(c, (c, c))[0] for c in columns)
-        spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
-        order = ", ".join(keys)
-        source = [tuple(r) for r in conn.execute(f"SELECT {pg_cols} FROM shop.{table} ORDER BY {order}").fetchall()]
-        frame = spark.read.format("delta").load(f"{target}/shop/{table}")
-        target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
+        source, target_rows = table_rows(conn, spark, target, table)
         out.append(TableComparison(f"shop.{table}", len(source), len(target_rows), _checksum(source),
                                    _checksum(target_rows)))  # fmt: skip
     return out

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from walspark.demo import _CANONICAL, PUBLICATION, TABLES, Workload, create_shop
+from walspark.demo import PUBLICATION, TABLES, Workload, create_shop, table_rows
 
 if TYPE_CHECKING:
     import psycopg
@@ -67,24 +67,6 @@ class CrashWorkload(Workload):
 
 
 # -- the oracle -------------------------------------------------------------------------------
-
-
-def table_rows(conn: psycopg.Connection, spark: SparkSession, target: str, table: str) -> tuple[list, list]:
-    """(source rows, Delta rows) of one shop table, canonical per column, sorted by key.
-
-    The Delta side is read with plain ``spark.read.format("delta")``: the oracle must not share a
-    code path with what it checks.
-    """
-    keys, canonical = _CANONICAL[table]
-    columns = [name for (name,) in conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
-        " ORDER BY attnum", (f"shop.{table}",)).fetchall()]  # fmt: skip
-    pg_cols = ", ".join(canonical.get(c, (c, c))[0] for c in columns)
-    spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
-    source = [tuple(r) for r in conn.execute(f"SELECT {pg_cols} FROM shop.{table} ORDER BY {', '.join(keys)}")]
-    frame = spark.read.format("delta").load(f"{target}/shop/{table}")
-    target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
-    return source, target_rows
 
 
 def mismatches(conn: psycopg.Connection, spark: SparkSession, target: str) -> dict[str, dict[str, object]]:
