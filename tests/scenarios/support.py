@@ -1,0 +1,193 @@
+"""The subscriber-parity oracle: every Delta table equals what its publication publishes.
+
+PostgreSQL's own subscriber is the reference (``worker.c``, ``tablesync.c``): a subscribed table
+holds exactly what the publication publishes — the published columns
+(``pg_publication_tables.attnames``: column lists, generated columns where published), the rows
+that pass the row filter (``pg_publication_tables.rowfilter``), of the table itself and not of
+its inheritance children (``ONLY``), and for a partitioned table published through its root,
+the rows of every partition. So the oracle reads the publication from the catalog and asks
+the source exactly that, never ``SELECT *``:
+
+    SELECT <published columns> FROM [ONLY] <table> WHERE <row filter>
+
+The Delta side is read with plain ``spark.read.format("delta")`` (no walspark code), the same
+columns, and both sides are compared as multisets of canonical rows.
+
+``run_once`` runs ``walspark run --once`` through the CLI in this process (with the suite's
+Spark session), as a user would at a catch-up point.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
+    from pyspark.sql import SparkSession
+
+__all__ = ["PublishedTable", "assert_matches_publication", "canonical", "publication_mismatches",
+           "published_tables", "run_once"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTable:
+    """One row of ``pg_publication_tables`` as the oracle needs it."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...]
+    rowfilter: str | None
+    partitioned: bool  # relkind 'p': its rows are its partitions' (no ONLY)
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    def source_query(self) -> str:
+        cols = ", ".join(_quote(c) for c in self.columns) or "1"
+        only = "" if self.partitioned else "ONLY "
+        where = f" WHERE ({self.rowfilter})" if self.rowfilter else ""
+        return f"SELECT {cols} FROM {only}{_quote(self.schema)}.{_quote(self.table)}{where}"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def published_tables(conn: psycopg.Connection, publications: str | Sequence[str]) -> list[PublishedTable]:
+    """What the publication(s) publish, per table, from ``pg_publication_tables`` (PostgreSQL 15+ has
+    ``attnames`` and ``rowfilter``; before, every non-generated column and no filter)."""
+    pubs = [publications] if isinstance(publications, str) else list(publications)
+    major = conn.info.server_version // 10000
+    if major >= 15:
+        rows = conn.execute(
+            "SELECT t.schemaname::text, t.tablename::text, t.attnames::text[], t.rowfilter, c.relkind::text"
+            " FROM pg_publication_tables t"
+            " JOIN pg_namespace n ON n.nspname = t.schemaname"
+            " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
+            " WHERE t.pubname = ANY(%s) ORDER BY 1, 2", (pubs,)).fetchall()
+        out: dict[tuple[str, str], PublishedTable] = {}
+        for schema, table, attnames, rowfilter, relkind in rows:
+            have = out.get((schema, table))
+            # A table in several publications: PostgreSQL publishes the union of columns, and
+            # no filter if any publication has none (pgoutput ORs the filters).
+            if have is not None:
+                cols = tuple(dict.fromkeys([*have.columns, *attnames]))
+                flt = None if have.rowfilter is None or rowfilter is None else f"({have.rowfilter}) OR ({rowfilter})"
+                out[(schema, table)] = PublishedTable(schema, table, cols, flt, relkind == "p")
+            else:
+                out[(schema, table)] = PublishedTable(schema, table, tuple(attnames), rowfilter, relkind == "p")
+        return list(out.values())
+    rows = conn.execute(
+        "SELECT DISTINCT t.schemaname::text, t.tablename::text, c.oid, c.relkind::text FROM pg_publication_tables t"
+        " JOIN pg_namespace n ON n.nspname = t.schemaname"
+        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
+        " WHERE t.pubname = ANY(%s) ORDER BY 1, 2", (pubs,)).fetchall()
+    generated = "AND attgenerated = ''" if major >= 12 else ""
+    result = []
+    for schema, table, oid, relkind in rows:
+        cols = [c for (c,) in conn.execute(
+            f"SELECT attname::text FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped {generated}"
+            " ORDER BY attnum", (oid,)).fetchall()]
+        result.append(PublishedTable(schema, table, tuple(cols), None, relkind == "p"))
+    return result
+
+
+def canonical(value: Any) -> Any:
+    """One comparable form for a value read from PostgreSQL (psycopg) or from Delta (Spark)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        return str(value.normalize()) if value == value else "NaN"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:  # Spark's session runs in UTC and returns naive datetimes
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.isoformat()
+    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        return str(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in sorted(value.items())}
+    if hasattr(value, "asDict"):  # a Spark Row (composite)
+        return canonical(value.asDict())
+    return str(value)
+
+
+def _key(row: Sequence[Any]) -> str:
+    return json.dumps([canonical(v) for v in row], sort_keys=True, default=str)
+
+
+def _delta_rows(spark: SparkSession, target: str, table: PublishedTable) -> list[tuple] | None:
+    from walspark.spark.tables import table_path
+
+    path = table_path(target, table.schema, table.table)
+    try:
+        frame = spark.read.format("delta").load(path)
+    except Exception as exc:  # noqa: BLE001 - a missing table is reported, not raised
+        if "is not a Delta table" in str(exc) or "PATH_NOT_FOUND" in str(exc) or "doesn't exist" in str(exc):
+            return None
+        raise
+    if "__END_AT" in frame.columns:  # an SCD2 history: its current versions are the mirror
+        frame = frame.where("__END_AT IS NULL")
+    missing = [c for c in table.columns if c not in frame.columns]
+    if missing:
+        raise AssertionError(f"Delta table {table.qualified} lacks published column(s) {missing}; has {frame.columns}")
+    if not table.columns:
+        return [() for _ in range(frame.count())]
+    return [tuple(r) for r in frame.select(*[f"`{c.replace('`', '``')}`" for c in table.columns]).collect()]
+
+
+def publication_mismatches(conn: psycopg.Connection, spark: SparkSession, target: str,
+                           publications: str | Sequence[str]) -> dict[str, dict[str, object]]:
+    """Per published table whose Delta table differs from what the publication publishes: counts and
+    a few rows on each side. Empty when every table matches."""
+    out: dict[str, dict[str, object]] = {}
+    for table in published_tables(conn, publications):
+        source = Counter(_key(r) for r in conn.execute(table.source_query()).fetchall())
+        rows = _delta_rows(spark, target, table)
+        delta = Counter(_key(r) for r in rows) if rows is not None else Counter()
+        if source == delta and (rows is not None or not source):
+            continue
+        out[table.qualified] = {
+            "query": table.source_query(),
+            "source_rows": sum(source.values()),
+            "delta_rows": None if rows is None else sum(delta.values()),
+            "only_in_source": list((source - delta).elements())[:5],
+            "only_in_delta": list((delta - source).elements())[:5],
+        }
+    return out
+
+
+def assert_matches_publication(conn: psycopg.Connection, spark: SparkSession, target: str,
+                               publications: str | Sequence[str], *, context: str = "") -> None:
+    """Fail with the differing rows unless every published table's Delta table matches the publication."""
+    bad = publication_mismatches(conn, spark, target, publications)
+    assert not bad, f"{context}: Delta differs from the publication: " + json.dumps(bad, indent=1, default=str)
+
+
+def run_once(dsn: str, publication: str, slot: str, target: str, *extra: str, expect_exit: int = 0) -> str:
+    """``walspark run --once`` through the CLI, in this process (the active Spark session is reused);
+    returns its output. Fails unless it exits with ``expect_exit``."""
+    from click.testing import CliRunner
+
+    from walspark.cli import commands  # noqa: F401  (registers the subcommands)
+    from walspark.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["run", "--dsn", dsn, "--publication", publication, "--slot", slot,
+                                      "--target", target, "--once", *extra])
+    assert result.exit_code == expect_exit, (result.output, repr(result.exception))
+    return result.output
