@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from walspark.protocol import MAX_PROTOCOL_VERSION, parse_lsn
+from walspark.protocol import MAX_PROTOCOL_VERSION, Decoder, Delete, Insert, ProtocolError, Update, parse_lsn
 
 SCHEMA = pa.schema([pa.field("lsn", pa.int64(), nullable=False), pa.field("data", pa.binary(), nullable=False)])
 _META_OPTIONS = b"walspark.pgoutput_options"
@@ -50,6 +50,8 @@ class CaptureInfo:
     options: Mapping[str, str] = field(default_factory=dict)
     server_version_num: int | None = None
     slot: str | None = None
+    #: For a capture that does not name its ``binary`` option: what its first tuple values show.
+    seen_binary: bool = False
 
     @property
     def described(self) -> bool:
@@ -74,7 +76,10 @@ class CaptureInfo:
 
     @property
     def binary(self) -> bool:
-        return self.options.get("binary", "false") in ("true", "on", "1")
+        """pgoutput's ``binary`` option: as the capture says, else as its first tuple values show."""
+        if "binary" in self.options:
+            return self.options["binary"] in ("true", "on", "1")
+        return self.seen_binary
 
     def schema_metadata(self) -> dict[bytes, bytes]:
         meta = {_META_OPTIONS: json.dumps(dict(self.options), sort_keys=True).encode()}
@@ -186,7 +191,33 @@ class CaptureFile:
         if missing:
             raise CaptureError(f"{self.path} is not a capture file: no column {', '.join(missing)} (needs lsn, data)")
         _check_column_types(self.path, schema)
-        self.info = CaptureInfo.from_schema(schema)
+        info = CaptureInfo.from_schema(schema)
+        if "binary" not in info.options:
+            info = replace(info, seen_binary=self._first_value_kind() == "b")
+        self.info = info
+
+    def _first_value_kind(self) -> str | None:
+        """``'t'`` or ``'b'``: how the first row change sends its first value (None: no value at all).
+
+        In binary mode pgoutput sends every value of a type with a binary send function (all
+        built-in types have one) as ``'b'``, so the first value tells the mode. Only the
+        messages up to the first row change with a value are decoded; a malformed one ends the
+        search (``walspark decode`` reports it where it lies).
+        """
+        decoder = Decoder(MAX_PROTOCOL_VERSION, streaming_parallel=None)
+        for batch in self.iter_batches():
+            for lsn, data in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                try:
+                    message = decoder.decode(data, lsn=lsn)
+                except ProtocolError:
+                    return None
+                if isinstance(message, Insert | Update | Delete):
+                    for name in ("new_tuple", "old_tuple", "key_tuple"):
+                        part = getattr(message, name, None)
+                        kind = next((k for k in part.kinds if k in "tb"), None) if part is not None else None
+                        if kind is not None:
+                            return kind
+        return None
 
     @property
     def num_rows(self) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -94,7 +95,10 @@ WORKLOAD = [
 
 
 def _write_workload(dsn: str) -> str:
+    """The workload, on a database whose sessions decode with 64kB (so `walspark capture` streams too)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'").format(
+            psycopg.sql.Identifier(conn.info.dbname)))
         for statement in SETUP + WORKLOAD:
             conn.execute(statement)
     return dsn
@@ -120,7 +124,6 @@ def _peek_to_parquet(dsn: str, slot: str, options: dict[str, str], path: Path, *
     columns = "*" if lsn_as_text else "(lsn - '0/0'::pg_lsn)::bigint AS lsn, data"
     flat = [item for pair in options.items() for item in pair]
     with psycopg.connect(dsn) as conn:
-        conn.execute("SET logical_decoding_work_mem = '64kB'")
         cursor = conn.execute(
             f"SELECT {columns} FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, VARIADIC %s::text[])",
             (slot, flat),
@@ -197,3 +200,55 @@ def test_pg18_foreign_capture_decodes_whole(pg18_source: str, tmp_path: Path, ve
 def test_pg15_foreign_capture_decodes_whole(pg15_source: str, tmp_path: Path, version: int, streaming: str | None,
                                             binary: bool) -> None:
     _check_decodes_whole(pg15_source, tmp_path, version, binary, streaming)
+
+
+# ----------------------------------------------------------------------------- the batch reader
+
+
+def _batch_read(path: Path) -> tuple[Any, list[dict[str, Any]], int]:
+    """What ``spark.read.format("pgoutput").load(path)`` computes: schema, rows, partitions.
+
+    The data source's own planner and task code, called directly (Spark would only ship the
+    partitions to executors and collect the batches).
+    """
+    from walspark.spark.options import SourceOptions
+    from walspark.spark.reader import CaptureReader, capture_layout
+
+    options = SourceOptions.parse({"path": str(path), "partitionRows": "300"})
+    schema = capture_layout(options).spark_schema()
+    reader = CaptureReader(options, schema)
+    partitions = reader.partitions()
+    rows = [row for partition in partitions for batch in reader.read(partition) for row in batch.to_pylist()]
+    return schema, rows, len(partitions)
+
+
+@pytest.mark.parametrize(("slot", "version", "binary", "streaming"), [
+    ("twophase", 4, False, "parallel"),
+    ("plain", 2, True, "on"),
+    ("plain", 1, False, None),
+])
+def test_batch_reader_reads_a_foreign_capture_like_a_walspark_capture(
+        pg18_source: str, tmp_path: Path, slot: str, version: int, binary: bool, streaming: str | None) -> None:
+    """The same slot and options, captured by `walspark capture` and by plain SQL + pyarrow: the same change rows."""
+    ours = tmp_path / "walspark.parquet"
+    args = ["capture", "--dsn", pg18_source, "--slot", slot, "--publication", "pub", "--proto-version", str(version),
+            "--binary" if binary else "--text", "--messages", "--streaming", streaming or "off", str(ours)]
+    if slot == "twophase":
+        args.insert(-1, "--two-phase")
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    foreign = tmp_path / "foreign.parquet"
+    rows = _peek_to_parquet(pg18_source, slot, _options(version, binary, streaming), foreign, lsn_as_text=True)
+    assert len(rows) == pq.read_metadata(ours).num_rows
+
+    schema, expected, _ = _batch_read(ours)
+    foreign_schema, got, partitions = _batch_read(foreign)
+    assert foreign_schema == schema
+    assert partitions > 1  # cut at transaction boundaries found in the foreign file too
+    assert got == expected
+    # committed rows only: the rolled-back savepoint, prepared-then-rolled-back and aborted rows are absent
+    inserted = {row["public.t"]["id"] for row in got if row["_op"] == "I" and row["_table"] == "t"}
+    assert {1, 2, 3, 5} <= inserted and 4 not in inserted
+    assert len([i for i in inserted if 10_000 <= i < 12_000]) == 2000 and not any(i >= 20_000 and i < 22_000
+                                                                                  for i in inserted)
+    assert not any(i >= 40_000 for i in inserted)
