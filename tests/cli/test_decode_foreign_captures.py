@@ -46,7 +46,8 @@ TWO_PHASE = {"BeginPrepare", "Prepare", "CommitPrepared", "RollbackPrepared"}
 
 def _big(first: int) -> str:
     """~2000 rows of ~250 bytes: far beyond 64kB, so the server streams the transaction."""
-    return f"INSERT INTO t SELECT g, repeat(md5(g::text), 7), NULL, 'ok' FROM generate_series({first}, {first + 1999}) g"
+    return (f"INSERT INTO t SELECT g, repeat(md5(g::text), 7), NULL, 'ok'"
+            f" FROM generate_series({first}, {first + 1999}) g")
 
 
 SETUP = [
