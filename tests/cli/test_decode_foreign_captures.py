@@ -225,6 +225,7 @@ def _batch_read(path: Path) -> tuple[Any, list[dict[str, Any]], int]:
 
 @pytest.mark.parametrize(("slot", "version", "binary", "streaming"), [
     ("twophase", 4, False, "parallel"),
+    ("twophase", 2, True, "on"),  # a two-phase slot at protocol 2: the walspark capture says protocol 2
     ("plain", 2, True, "on"),
     ("plain", 1, False, None),
 ])
@@ -234,7 +235,7 @@ def test_batch_reader_reads_a_foreign_capture_like_a_walspark_capture(
     ours = tmp_path / "walspark.parquet"
     args = ["capture", "--dsn", pg18_source, "--slot", slot, "--publication", "pub", "--proto-version", str(version),
             "--binary" if binary else "--text", "--messages", "--streaming", streaming or "off", str(ours)]
-    if slot == "twophase":
+    if slot == "twophase" and version >= 3:  # pgoutput refuses the option below 3 (the slot decides anyway)
         args.insert(-1, "--two-phase")
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
