@@ -50,7 +50,7 @@ class CaptureInfo:
     options: Mapping[str, str] = field(default_factory=dict)
     server_version_num: int | None = None
     slot: str | None = None
-    #: For a capture that does not name its ``binary`` option: what its first tuple values show.
+    #: For a capture that does not say how it was made: whether its first tuple value is binary.
     seen_binary: bool = False
 
     @property
@@ -76,9 +76,9 @@ class CaptureInfo:
 
     @property
     def binary(self) -> bool:
-        """pgoutput's ``binary`` option: as the capture says, else as its first tuple values show."""
-        if "binary" in self.options:
-            return self.options["binary"] in ("true", "on", "1")
+        """pgoutput's ``binary`` option: as the capture says, else as its first tuple value shows."""
+        if self.described:
+            return self.options.get("binary", "false") in ("true", "on", "1")
         return self.seen_binary
 
     def schema_metadata(self) -> dict[bytes, bytes]:
@@ -192,7 +192,7 @@ class CaptureFile:
             raise CaptureError(f"{self.path} is not a capture file: no column {', '.join(missing)} (needs lsn, data)")
         _check_column_types(self.path, schema)
         info = CaptureInfo.from_schema(schema)
-        if "binary" not in info.options:
+        if not info.described:
             info = replace(info, seen_binary=self._first_value_kind() == "b")
         self.info = info
 

@@ -166,7 +166,7 @@ def test_capture_metadata_says_how_to_decode():
     assert CaptureInfo({"proto_version": "2"}).streaming_parallel is False
     assert CaptureInfo({"proto_version": "4", "streaming": "parallel"}).streaming_parallel is True
     assert CaptureInfo({"proto_version": "1"}).protocol_version == 1
-    assert not CaptureInfo({"proto_version": "4", "binary": "false"}, seen_binary=True).binary
+    assert not CaptureInfo({"proto_version": "4"}, seen_binary=True).binary  # described: pgoutput default
     assert CaptureInfo().protocol_version == 4 and CaptureInfo().streaming_parallel is None
 
 
