@@ -106,3 +106,81 @@ def test_capture_refuses_an_invalid_slot_name(source, tmp_path):
         cli, ["capture", "--dsn", source, "--slot", "Bad Name", "--publication", "my pub", str(tmp_path / "o")]
     )
     assert result.exit_code == 1 and "invalid slot name" in result.output
+
+
+# ----------------------------------------------------------------------------- captures without metadata
+
+
+def _foreign(path, lsns, messages) -> None:
+    """A capture as another tool writes it: plain pyarrow, no walspark metadata."""
+    pq.write_table(pa.table({"lsn": lsns, "data": messages}), path)
+
+
+def _streamed_with_both_abort_layouts() -> list[bytes]:
+    """A streamed transaction, both Stream Abort layouts, and two-phase messages: protocol 4's whole range."""
+    from walspark.protocol import (
+        BeginPrepare, CommitPrepared, Insert, Prepare, StreamAbort, StreamStart, StreamStop, TupleData, encode_message,
+    )  # fmt: skip
+
+    return [encode_message(m) for m in (
+        StreamStart(700, True), Insert(700, 16384, TupleData("b", (b"\x00\x00\x00\x01",))), StreamStop(),
+        StreamAbort(700, 701), StreamAbort(700, 700, 0x16B3800, 757_382_400_000_000),
+        BeginPrepare(0x16B3900, 0x16B3950, 757_382_400_000_000, 702, "g"),
+        Prepare(0x16B3900, 0x16B3950, 757_382_400_000_000, 702, "g"),
+        CommitPrepared(0x16B3A00, 0x16B3A50, 757_382_400_000_000, 702, "g"),
+    )]  # fmt: skip
+
+
+@pytest.mark.parametrize("lsns", [
+    ["0/16B3748"] * 8,  # pg_lsn as the SQL function returns it
+    pa.array([0x16B3748] * 8, pa.uint64()),
+    pa.array([0x16B3748] * 8, pa.int32()),
+], ids=["text", "uint64", "int32"])
+def test_decode_without_metadata_reads_protocol_4_and_tells_stream_aborts_apart(tmp_path, lsns):
+    path = tmp_path / "foreign.parquet"
+    _foreign(path, lsns, _streamed_with_both_abort_layouts())
+    result = CliRunner().invoke(cli, ["decode", str(path)])
+    assert result.exit_code == 0, result.output
+    messages = [json.loads(line) for line in result.output.splitlines()]
+    assert [m["type"] for m in messages] == ["StreamStart", "Insert", "StreamStop", "StreamAbort", "StreamAbort",
+                                             "BeginPrepare", "Prepare", "CommitPrepared"]
+    assert {m["lsn"] for m in messages} == {"0/16B3748"}
+    assert (messages[3]["abort_lsn"], messages[4]["abort_lsn"]) == (None, "0/16B3800")
+    info = CaptureFile(path).info
+    assert not info.described and info.protocol_version == 4 and info.streaming_parallel is None and info.binary
+
+
+def test_an_explicit_protocol_version_is_kept(tmp_path):
+    path = tmp_path / "foreign.parquet"
+    _foreign(path, ["0/16B3748"] * 8, _streamed_with_both_abort_layouts())
+    result = CliRunner().invoke(cli, ["decode", "--proto-version", "4", str(path)])
+    assert result.exit_code == 0 and result.output.count("\n") == 8
+    result = CliRunner().invoke(cli, ["decode", "--proto-version", "2", str(path)])  # no long Stream Abort below 4
+    assert result.exit_code == 1 and "Stream Abort" in result.output and "16 trailing bytes" in result.output
+    assert result.output.count("Error:") == 1 and "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["decode", "--proto-version", "1", str(path)])
+    assert result.exit_code == 1 and "Stream Start is never sent below protocol version 2" in result.output
+
+
+def test_capture_metadata_says_how_to_decode():
+    assert CaptureInfo({"proto_version": "2"}).streaming_parallel is False
+    assert CaptureInfo({"proto_version": "4", "streaming": "parallel"}).streaming_parallel is True
+    assert CaptureInfo({"proto_version": "1"}).protocol_version == 1
+    assert not CaptureInfo({"proto_version": "4"}, seen_binary=True).binary  # described: pgoutput default
+    assert CaptureInfo().protocol_version == 4 and CaptureInfo().streaming_parallel is None
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    (pa.table({"lsn": ["0/1", None], "data": [b"E", b"E"]}), "a row has no lsn (null)"),
+    (pa.table({"lsn": ["0/1", "0/2"], "data": [b"E", None]}), "a row has no data (null)"),
+    (pa.table({"lsn": ["0/1", "nope"], "data": [b"E", b"E"]}), "column lsn"),
+    (pa.table({"lsn": [1.5], "data": [b"E"]}), "column lsn is double"),
+    (pa.table({"lsn": [1], "data": ["E"]}), "column data is string"),
+    (pa.table({"lsn": pa.array([1 << 63], pa.uint64()), "data": [b"E"]}), "column lsn"),
+], ids=["null-lsn", "null-data", "bad-lsn-text", "float-lsn", "text-data", "lsn-out-of-range"])
+def test_a_foreign_file_that_cannot_be_a_capture_fails_in_one_line(tmp_path, table, message):
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    result = CliRunner().invoke(cli, ["decode", str(path)])
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert result.output.startswith("Error: ") and "Traceback" not in result.output

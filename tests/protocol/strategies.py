@@ -170,11 +170,13 @@ BUILDERS = {
     "E": (2, _stream_stop),
     "c": (2, _stream_commit),
     "A": (2, _stream_abort),
-    "b": (3, _two_phase(BeginPrepare)),
-    "P": (3, _two_phase(Prepare)),
-    "K": (3, _two_phase(CommitPrepared)),
-    "r": (3, _rollback_prepared),
-    "p": (3, _two_phase(StreamPrepare)),
+    # The lowest version whose stream can hold the kind: a two-phase slot makes the server send
+    # the two-phase messages at any protocol version (Stream Prepare wherever streaming is).
+    "b": (1, _two_phase(BeginPrepare)),
+    "P": (1, _two_phase(Prepare)),
+    "K": (1, _two_phase(CommitPrepared)),
+    "r": (1, _rollback_prepared),
+    "p": (2, _two_phase(StreamPrepare)),
 }
 KINDS = sorted(BUILDERS)
 

@@ -226,7 +226,7 @@ class Run:
     protocol_version: int
     binary: bool
     streaming: str | None  # None (off), "on" or "parallel"
-    two_phase: bool
+    two_phase: bool  # read the slot created with two_phase (the option is passed too from protocol 3)
     immediate: bool = False
 
     @property
@@ -236,7 +236,7 @@ class Run:
         if self.streaming:
             kinds |= STREAM_KINDS
         if self.two_phase:
-            kinds |= TWO_PHASE_KINDS
+            kinds |= TWO_PHASE_KINDS if self.streaming else TWO_PHASE_KINDS - {"StreamPrepare"}
         return kinds
 
     @property
@@ -261,27 +261,34 @@ class Run:
             options["origin"] = "any"  # the option exists since PostgreSQL 16 (15 always sends Origin)
         if self.streaming:
             options["streaming"] = self.streaming
-        if self.two_phase:
+        if self.two_phase and self.protocol_version >= 3:  # pgoutput refuses the option below 3
             options["two_phase"] = "true"
         return options
 
 
 def _runs(versions: tuple[int, ...], *, immediate: bool) -> list[Run]:
+    """Every option set of ``versions``; below protocol 3 each is read from both slots.
+
+    The two-phase slot sends the two-phase messages at protocol 1 and 2 too (the version
+    only gates pgoutput's ``two_phase`` option, not what a two-phase slot decodes).
+    """
     runs = []
     for version, binary in itertools.product(versions, (False, True)):
         mode = "binary" if binary else "text"
         streamings: tuple[str | None, ...] = (None,) if version < 2 else ("on", "parallel") if version >= 4 else ("on",)
-        for streaming in streamings:
-            label = f"v{version}-{mode}" + (f"-{streaming}" if version >= 4 else "")
-            runs.append(Run(label, version, binary, streaming, two_phase=version >= 3))
+        for streaming, two_phase in itertools.product(streamings, (False, True) if version < 3 else (True,)):
+            label = (f"v{version}-{mode}" + (f"-{streaming}" if version >= 4 else "")
+                     + ("-2pc-slot" if two_phase and version < 3 else ""))
+            runs.append(Run(label, version, binary, streaming, two_phase=two_phase))
             if streaming and immediate:
-                runs.append(Run(label + "-immediate", version, binary, streaming, two_phase=version >= 3,
+                runs.append(Run(label + "-immediate", version, binary, streaming, two_phase=two_phase,
                                 immediate=True))
     return runs
 
 
 PG18_RUNS = _runs((1, 2, 3, 4), immediate=True)
 PG15_RUNS = _runs((3,), immediate=False)  # 15 has no debug_logical_replication_streaming
+PG15_LOW_RUNS = [run for run in _runs((1, 2), immediate=False) if run.two_phase]
 
 
 # --------------------------------------------------------------------------- the workload
@@ -361,12 +368,18 @@ _seen: dict[str, frozenset[str]] = {}
 
 
 def _decode_and_reencode(run: Run, changes: list[tuple[int, bytes]]) -> list[tuple[int, PgoutputMessage]]:
-    """Decode in stream order with the run's options; every message must re-encode to the same bytes."""
+    """Decode in stream order with the run's options; every message must re-encode to the same bytes.
+
+    Without the options (protocol 4, Stream Abort's layout by its length: how a capture
+    without metadata is read) the stream must decode to exactly the same messages.
+    """
     decoder = Decoder(run.protocol_version, streaming_parallel=run.streaming == "parallel")
+    unknown = Decoder(4, streaming_parallel=None)
     decoded = []
     for lsn, data in changes:
         message = decoder.decode(data, lsn=lsn)
         assert encode_message(message) == data, f"{type(message).__name__} at {lsn:X} re-encodes differently"
+        assert unknown.decode(data, lsn=lsn) == message, f"{type(message).__name__} at {lsn:X} without options"
         decoded.append((lsn, message))
     assert not decoder.in_stream, "the stream ended inside a streamed block"
     return decoded
@@ -546,3 +559,12 @@ def test_pg15_protocol_3_every_kind_round_trips(pg15_workload: Workload, run: Ru
     """PostgreSQL 15 speaks protocol 3 at most: everything but the parallel-streaming Stream Abort."""
     decoded = _conform(pg15_workload, run)
     assert {type(m).__name__ for _, m in decoded} == ALL_KINDS
+
+
+@pytest.mark.pg15
+@pytest.mark.parametrize("run", PG15_LOW_RUNS, ids=lambda r: r.label)
+def test_pg15_two_phase_slot_sends_two_phase_messages_below_protocol_3(pg15_workload: Workload, run: Run) -> None:
+    """As on 18: from a two-phase slot, PostgreSQL 15 sends the two-phase messages at protocol 1 and 2."""
+    seen = {type(m).__name__ for _, m in _conform(pg15_workload, run)}
+    assert {"BeginPrepare", "Prepare", "CommitPrepared", "RollbackPrepared"} <= seen
+    assert ("StreamPrepare" in seen) == (run.protocol_version == 2)

@@ -87,13 +87,19 @@ def capture(
 @cli.command()
 @click.argument("capture_file", metavar="CAPTURE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True)
-@click.option("--proto-version", type=click.IntRange(1, 4), default=None, help="Override the capture's version.")
+@click.option("--proto-version", type=click.IntRange(1, 4), default=None,
+              help="Override the capture's version (default: its metadata's, else 4, which reads every version).")
 def decode(capture_file: Path, fmt: str, proto_version: int | None) -> None:
     """Print every message of a capture file, one per line.
 
     JSON (default): {"lsn": "X/Y", "type": "<Name>", ...fields in snake_case}; tuple values
     as text where pgoutput sent text, base64 where it sent binary. --format text is a
     compact human-readable dump.
+
+    CAPTURE may come from any tool that saved the rows of pg_logical_slot_peek_binary_changes
+    (lsn as a number or X/Y text, data as bytes): without walspark's metadata it is read as
+    protocol 4, and a Stream Abort's length says whether it carries the parallel-streaming
+    abort LSN and time.
     """
     from walspark.capture import CaptureError, CaptureFile
     from walspark.protocol import Decoder, ProtocolError, format_lsn
@@ -102,10 +108,9 @@ def decode(capture_file: Path, fmt: str, proto_version: int | None) -> None:
         source = CaptureFile(capture_file)
     except CaptureError as exc:
         raise click.ClickException(str(exc)) from exc
-    decoder = Decoder(
-        protocol_version=proto_version or source.info.protocol_version,
-        streaming_parallel=source.info.streaming_parallel,
-    )
+    version = proto_version or source.info.protocol_version
+    # The long Stream Abort exists only at protocol 4: an override below it means the short one.
+    decoder = Decoder(version, streaming_parallel=source.info.streaming_parallel if version >= 4 else False)
     out = sys.stdout
     try:
         for lsn, data in source:
@@ -115,7 +120,7 @@ def decode(capture_file: Path, fmt: str, proto_version: int | None) -> None:
             else:
                 out.write(f"{format_lsn(lsn):>12} {_text_line(message)}")
             out.write("\n")
-    except ProtocolError as exc:
+    except (ProtocolError, CaptureError) as exc:
         raise click.ClickException(str(exc)) from exc
     except BrokenPipeError:  # `walspark decode x | head` is fine
         sys.stderr.close()

@@ -12,6 +12,9 @@ version 4 and ``streaming = parallel``. Neither fact is in the message itself, s
 decoder must know the protocol version and options in force and track Stream Start /
 Stream Stop. :func:`decode_message` is the stateless form for callers that track the
 stream state themselves (e.g. executors decoding a segment of a capture file).
+When the options are unknown (a capture written without walspark's metadata), protocol 4
+with ``streaming_parallel=None`` decodes a stream of any version: no other layout differs
+between versions, and the two Stream Abort layouts differ in length (9 or 25 bytes).
 
 Error discipline: anything wrong with the bytes raises
 :class:`~walspark.protocol.errors.ProtocolError` naming the message kind, the byte offset
@@ -687,7 +690,11 @@ def _decode_stream_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_i
 
 
 class _Kind:
-    """Where a message kind may appear: from which protocol version, inside/outside streamed blocks."""
+    """Where a message kind may appear: from which protocol version, inside/outside streamed blocks.
+
+    ``since`` is the lowest ``proto_version`` at which PostgreSQL can *send* the kind, which
+    is not always the version the documentation introduces it with (see ``_KINDS``).
+    """
 
     __slots__ = ("byte", "decode", "in_stream", "name", "outside_stream", "since")
 
@@ -717,11 +724,17 @@ _KINDS: Final = (
     _Kind("E", "Stream Stop", _decode_stream_stop, 2, in_stream=True, outside_stream=False),
     _Kind("c", "Stream Commit", _decode_stream_commit, 2, in_stream=False),
     _Kind("A", "Stream Abort", _decode_stream_abort, 2, in_stream=False),
-    _Kind("b", "Begin Prepare", _decode_begin_prepare, 3, in_stream=False),
-    _Kind("P", "Prepare", _decode_prepare, 3, in_stream=False),
-    _Kind("K", "Commit Prepared", _decode_commit_prepared, 3, in_stream=False),
-    _Kind("r", "Rollback Prepared", _decode_rollback_prepared, 3, in_stream=False),
-    _Kind("p", "Stream Prepare", _decode_stream_prepare, 3, in_stream=False),
+    # The two-phase messages are documented "since protocol version 3", but pgoutput sends
+    # them whenever the *slot* decodes prepared transactions (created with two_phase = true):
+    # the version check in pgoutput_startup guards only the ``two_phase`` option, and the
+    # prepare callbacks write these messages whatever proto_version was asked. PostgreSQL
+    # 15-18 send Begin Prepare / Prepare / Commit Prepared / Rollback Prepared at protocol
+    # 1 and 2 from such a slot, and Stream Prepare wherever streaming is on (protocol 2+).
+    _Kind("b", "Begin Prepare", _decode_begin_prepare, 1, in_stream=False),
+    _Kind("P", "Prepare", _decode_prepare, 1, in_stream=False),
+    _Kind("K", "Commit Prepared", _decode_commit_prepared, 1, in_stream=False),
+    _Kind("r", "Rollback Prepared", _decode_rollback_prepared, 1, in_stream=False),
+    _Kind("p", "Stream Prepare", _decode_stream_prepare, 2, in_stream=False),
 )
 
 _STREAM_START_BYTE: Final = ord("S")
@@ -751,7 +764,7 @@ def _build_table(version: int, in_stream: bool) -> tuple[_DecodeFn, ...]:
     table: list[_DecodeFn] = [_decode_unknown] * 256
     for kind in _KINDS:
         if version < kind.since:
-            entry = _refuse(kind.name, f"{kind.name} exists since protocol version {kind.since}; "
+            entry = _refuse(kind.name, f"{kind.name} is never sent below protocol version {kind.since}; "
                                        f"this stream uses version {version}")
         elif in_stream and not kind.in_stream:
             entry = _refuse(kind.name, f"{kind.name} cannot appear inside a streamed block "
@@ -812,7 +825,11 @@ class Decoder:
 
     Args:
         protocol_version: the ``proto_version`` passed to START_REPLICATION (1-4). Kinds
-            introduced in later versions are refused.
+            the server never sends at that version are refused (streamed-transaction
+            messages below 2); the two-phase messages are accepted from 1 (Stream Prepare
+            from 2), because a two-phase slot makes PostgreSQL send them at any version.
+            Version 4 decodes everything any version can send: use it when the version
+            is unknown.
         streaming_parallel: whether ``streaming = parallel`` was requested. With protocol
             version 4 this is the one thing that makes PostgreSQL append the abort LSN and
             abort timestamp to Stream Abort (``pgoutput``'s ``write_abort_info``); the

@@ -349,7 +349,7 @@ class StreamAbort:
         return pg_timestamp_to_datetime(self.abort_timestamp)
 
 
-# --------------------------------------------------------------------------- two-phase (v3+)
+# ------------------------------------------------ two-phase (v3+, or any version from a two-phase slot)
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ class DecodeConfig:
     """How a part of a stream was produced, and the user types to decode it with (picklable)."""
 
     protocol_version: int
-    streaming_parallel: bool = False
+    streaming_parallel: bool | None = False  # None: options unknown, Stream Abort's layout by its length
     binary: bool = False
     registrations: tuple[TypeRegistration, ...] = field(default=())
 

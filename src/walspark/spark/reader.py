@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from walspark.capture import CaptureFile
+from walspark.capture import CaptureFile, capture_rows
 from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
 from walspark.changes.relations import RelationCache
 from walspark.changes.rows import TransactionFacts
@@ -206,12 +206,12 @@ def iter_capture_rows(path: str, start: int, end: int) -> Iterator[tuple[int, by
             break
         if offset + n > start:
             lo, hi = max(start - offset, 0), min(end - offset, n)
-            chunk = load().slice(lo, hi - lo)
+            chunk = capture_rows(load().slice(lo, hi - lo), path)  # any tool's capture: int64 lsn, binary data
             yield from zip(chunk.column("lsn").to_pylist(), chunk.column("data").to_pylist())
         offset += n
 
 
-def decode_rows(rows: Iterator[tuple[int, bytes]], decoder: TaskDecoder, *, streaming_parallel: bool,
+def decode_rows(rows: Iterator[tuple[int, bytes]], decoder: TaskDecoder, *, streaming_parallel: bool | None,
                 memory_budget: int) -> Iterator[pa.RecordBatch]:
     """Assemble raw messages into committed transactions and decode them (tasks)."""
     assembler = TransactionAssembler(decoder.config.protocol_version, streaming_parallel=streaming_parallel,
