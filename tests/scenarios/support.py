@@ -76,14 +76,14 @@ def published_tables(conn: psycopg.Connection, publications: str | Sequence[str]
         out: dict[tuple[str, str], PublishedTable] = {}
         for schema, table, attnames, rowfilter, relkind in rows:
             have = out.get((schema, table))
-            # A table in several publications: PostgreSQL publishes the union of columns, and
+            # attnames is NULL for a table without columns. A table in several publications: PostgreSQL publishes the union of columns, and
             # no filter if any publication has none (pgoutput ORs the filters).
             if have is not None:
-                cols = tuple(dict.fromkeys([*have.columns, *attnames]))
+                cols = tuple(dict.fromkeys([*have.columns, *(attnames or ())]))
                 flt = None if have.rowfilter is None or rowfilter is None else f"({have.rowfilter}) OR ({rowfilter})"
                 out[(schema, table)] = PublishedTable(schema, table, cols, flt, relkind == "p")
             else:
-                out[(schema, table)] = PublishedTable(schema, table, tuple(attnames), rowfilter, relkind == "p")
+                out[(schema, table)] = PublishedTable(schema, table, tuple(attnames or ()), rowfilter, relkind == "p")
         return list(out.values())
     rows = conn.execute(
         "SELECT DISTINCT t.schemaname::text, t.tablename::text, c.oid, c.relkind::text FROM pg_publication_tables t"
