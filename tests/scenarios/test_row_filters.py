@@ -227,3 +227,116 @@ def test_028_row_filters_as_one_backlog(spark, server, request, tmp_path):
         conn.execute("UPDATE tab_rowfilter_toast SET b = '1'")
         p.check(conn, "after the whole backlog")
         assert p.rows("tab_rowfilter_toast", "a", "b") == [("1234567890" * 200, "1")]
+
+
+# --------------------------------------------------------------------------------------------
+# Updates that move rows into or out of the filter (pgoutput sends them as INSERT / DELETE)
+
+_MOVES_TABLES = """
+CREATE TABLE t_full (id int PRIMARY KEY, a int, b text, c int, big text);
+ALTER TABLE t_full REPLICA IDENTITY FULL;
+ALTER TABLE t_full ALTER COLUMN big SET STORAGE EXTERNAL;
+INSERT INTO t_full SELECT g, g, CASE WHEN g % 5 = 0 THEN 'no' WHEN g % 7 = 0 THEN NULL ELSE 'b' || g END,
+                          CASE WHEN g % 3 = 0 THEN NULL ELSE g END, repeat(md5(g::text), 200)
+  FROM generate_series(1, 30) g;
+CREATE TABLE t_def (id int, k int, v text, PRIMARY KEY (id, k));
+INSERT INTO t_def SELECT g, CASE WHEN g % 4 = 0 THEN -g ELSE g END, 'v' || g FROM generate_series(1, 30) g;
+CREATE PUBLICATION moves FOR TABLE t_full WHERE (a > 10 AND b <> 'no' OR c IS NULL),
+                                 t_def WHERE (k > 0 AND id % 2 = 0);
+"""
+
+_MOVES_WORKLOAD = [
+    # t_full (REPLICA IDENTITY FULL: the filter sees the whole old row)
+    "UPDATE t_full SET a = a + 10 WHERE id BETWEEN 1 AND 4",        # out -> in (c not NULL): INSERT, big unchanged
+    "UPDATE t_full SET a = 0 WHERE id BETWEEN 11 AND 14",           # in -> out: DELETE
+    "UPDATE t_full SET b = NULL WHERE id IN (16, 17)",              # b <> 'no' is NULL: out unless c IS NULL
+    "UPDATE t_full SET c = NULL WHERE id IN (5, 10, 19)",           # c IS NULL: in
+    "UPDATE t_full SET c = 1 WHERE id IN (3, 6, 9)",                # c no longer NULL: some go out
+    "UPDATE t_full SET id = id + 100 WHERE id IN (20, 22)",         # key change inside the filter: UPDATE
+    "UPDATE t_full SET b = 'back' WHERE id IN (16, 17, 25)",        # 16, 17 come back in
+    "BEGIN; UPDATE t_full SET a = 50 WHERE id = 8; UPDATE t_full SET a = 1 WHERE id = 8;"
+    " UPDATE t_full SET a = 60, big = 'small now' WHERE id = 8; COMMIT",  # in, out, in within one transaction
+    "DELETE FROM t_full WHERE id IN (2, 13, 21)",                   # published only where the old row matched
+    "INSERT INTO t_full VALUES (40, 40, 'x', 1, NULL), (41, 1, 'x', 1, 'y'), (42, NULL, NULL, NULL, 'z')",
+    # t_def (REPLICA IDENTITY DEFAULT: the filter may use key columns only)
+    "UPDATE t_def SET k = -k WHERE id IN (2, 4, 6, 8)",             # 2, 6 go out (DELETE), 4, 8 come in (INSERT)
+    "UPDATE t_def SET v = v || '!' WHERE id <= 12",                 # key unchanged: UPDATE if the row matches
+    "UPDATE t_def SET id = id + 1 WHERE id IN (10, 11, 13)",        # parity changes move rows both ways
+    "DELETE FROM t_def WHERE id IN (12, 15, 16)",
+    "INSERT INTO t_def VALUES (50, 1, 'new'), (51, 1, 'odd'), (52, -1, 'neg')",
+]
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_updates_moving_rows_across_the_filter(spark, server, request, tmp_path):
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute(_MOVES_TABLES)
+        p = Pipeline(spark, dsn, "moves", str(tmp_path / "lake"))
+        p.check(conn, "initial copy")
+        for statement in _MOVES_WORKLOAD[:10]:
+            conn.execute(statement)
+        p.check(conn, "after the t_full moves")
+        for statement in _MOVES_WORKLOAD[10:]:
+            conn.execute(statement)
+        p.check(conn, "after the t_def moves")
+        # the rows that came in by UPDATE carry their TOAST value, not NULL
+        assert {i: len(big) for i, big in p.rows("t_full", "id", "big") if i in (1, 2, 3, 4)} == {1: 6400, 3: 6400, 4: 6400}
+
+
+def test_updates_moving_rows_as_one_backlog(spark, pg18_dsn, tmp_path):
+    with _conn(pg18_dsn) as conn:
+        conn.execute(_MOVES_TABLES)
+        p = Pipeline(spark, pg18_dsn, "moves", str(tmp_path / "lake"))
+        p.check(conn, "initial copy")
+        for statement in _MOVES_WORKLOAD:
+            conn.execute(statement)
+        p.check(conn, "after the whole backlog")
+
+
+# --------------------------------------------------------------------------------------------
+# Inheritance: a parent's copy holds its own rows (ONLY); children are tables of their own or none
+
+_INHERITANCE = """
+CREATE TABLE parent (id int PRIMARY KEY, v text);
+CREATE TABLE child (extra text, PRIMARY KEY (id)) INHERITS (parent);
+CREATE TABLE grandchild (more int, PRIMARY KEY (id)) INHERITS (child);
+INSERT INTO parent SELECT g, 'p' || g FROM generate_series(1, 10) g;
+INSERT INTO child SELECT g, 'c' || g, 'x' FROM generate_series(101, 110) g;
+INSERT INTO grandchild SELECT g, 'g' || g, 'y', g FROM generate_series(201, 205) g;
+ALTER TABLE parent REPLICA IDENTITY FULL;  -- the filter reads v, so every table of the tree needs FULL
+ALTER TABLE child REPLICA IDENTITY FULL;
+ALTER TABLE grandchild REPLICA IDENTITY FULL;
+CREATE PUBLICATION pub_tree FOR TABLE parent WHERE (id % 2 = 1 OR v LIKE 'c%');
+CREATE PUBLICATION pub_only FOR TABLE ONLY parent;
+"""
+
+_INHERITANCE_WORKLOAD = """
+INSERT INTO parent VALUES (11, 'p11'), (12, 'p12');
+INSERT INTO child VALUES (111, 'c111', 'x'), (112, 'x112', 'x');
+INSERT INTO grandchild VALUES (206, 'g206', 'y', 1), (207, 'c207', 'y', 2);
+UPDATE parent SET v = v || '!' WHERE id IN (1, 2, 103, 201);
+UPDATE child SET v = 'moved' WHERE id IN (104, 105);
+UPDATE grandchild SET v = 'c' || id WHERE id = 202;
+DELETE FROM parent WHERE id IN (3, 106, 203);
+"""
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_inheritance_parent_copies_its_own_rows(spark, server, request, tmp_path):
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute(_INHERITANCE)
+        tree = Pipeline(spark, dsn, "pub_tree", str(tmp_path / "tree"), slot="tree")
+        only = Pipeline(spark, dsn, "pub_only", str(tmp_path / "only"), slot="only")
+        for p in (tree, only):
+            p.check(conn, f"initial copy of {p.publication}")
+        assert [i for (i,) in only.rows("parent", "id")] == list(range(1, 11))
+        assert [i for (i,) in tree.rows("parent", "id")] == [1, 3, 5, 7, 9]
+        assert len(tree.rows("child", "id")) == 10 and tree.rows("grandchild", "id") == [(201,), (203,), (205,)]
+        assert not (tmp_path / "only" / "public" / "child").exists()
+        conn.execute(_INHERITANCE_WORKLOAD)
+        for p in (tree, only):
+            p.check(conn, f"after the workload, {p.publication}")
+        assert [i for (i,) in only.rows("parent", "id")] == [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+        assert [i for (i,) in tree.rows("grandchild", "id")] == [201, 202, 205, 207]
