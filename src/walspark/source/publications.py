@@ -169,8 +169,8 @@ def _drop_published_ancestors_partitions(conn: Any, grouped: dict[int, list[tupl
     pgoutput publishes a partition's changes as its top-most published ancestor's.
     """
     listed = set(grouped)
-    rows = _run(conn, sql.SQL("SELECT r.oid, a.relid FROM unnest(%s::oid[]) AS r(oid),"
-                              " LATERAL pg_partition_ancestors(r.oid) a WHERE a.relid <> r.oid"),
+    rows = _run(conn, sql.SQL("SELECT r.oid::int8, a.relid::oid::int8 FROM unnest(%s::int8[]) AS r(oid),"
+                              " LATERAL pg_partition_ancestors(r.oid::oid) a WHERE a.relid::oid <> r.oid::oid"),
                 ([*listed],), what="cannot read partition ancestors")
     covered = {int(oid) for oid, ancestor in rows if int(ancestor) in listed}
     return {oid: group for oid, group in grouped.items() if oid not in covered}
