@@ -500,3 +500,193 @@ def test_028_row_filters_via_root_stream(spark, server, request, tmp_path):
                                                                  (4500, 450)]
         assert p.rows("tab_rowfilter_viaroot_part", "a") == [(16,)]
         assert p.rows("tab_rowfilter_parent_sync", "a") == [(16,), (17,)]
+
+
+# --------------------------------------------------------------------------------------------
+# 031_column_list.pl: column lists in the initial copy and the stream
+
+_031_TABLES = """
+CREATE TABLE tab1 (a int PRIMARY KEY, "B" int, c int);
+CREATE TABLE tab3 ("a'" int PRIMARY KEY, "B" varchar, "c'" int);
+CREATE TYPE test_typ AS ENUM ('blue', 'red');
+CREATE TABLE tab4 (a INT PRIMARY KEY, b test_typ, c int, d text);
+CREATE TABLE test_part_c (a int, b int, c int) PARTITION BY LIST (a);
+CREATE TABLE test_part_c_1 PARTITION OF test_part_c FOR VALUES IN (1,3);
+ALTER TABLE test_part_c_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_c_1 REPLICA IDENTITY USING INDEX test_part_c_1_pkey;
+CREATE TABLE test_part_c_2 PARTITION OF test_part_c FOR VALUES IN (2,4);
+ALTER TABLE test_part_c_2 ADD PRIMARY KEY (b);
+ALTER TABLE test_part_c_2 REPLICA IDENTITY USING INDEX test_part_c_2_pkey;
+CREATE PUBLICATION pub1 FOR TABLE tab1 (a, "B"), tab3 ("a'", "c'"), tab4 (a, b, d), test_part_c;
+ALTER PUBLICATION pub1 ADD TABLE test_part_c_1 (a,c);
+ALTER PUBLICATION pub1 ADD TABLE test_part_c_2 (a,b);
+INSERT INTO tab1 VALUES (1, 2, 3), (4, 5, 6);
+INSERT INTO tab3 VALUES (1, 2, 3), (4, 5, 6);
+INSERT INTO tab4 VALUES (1, 'red', 3, 'oh my'), (2, 'blue', 4, 'hello');
+INSERT INTO test_part_c VALUES (1, 3, 5), (2, 4, 6);
+CREATE TABLE tab5 (a int PRIMARY KEY, b int, c int, d int);
+CREATE PUBLICATION pub2 FOR TABLE tab5 (a, b);
+CREATE PUBLICATION pub3 FOR TABLE tab5 (a, b);
+INSERT INTO tab5 VALUES (1, 11, 111, 1111), (2, 22, 222, 2222);
+CREATE TABLE test_mix_4 (a int PRIMARY KEY, b int, c int, d int GENERATED ALWAYS AS (a + 1) STORED);
+ALTER TABLE test_mix_4 DROP COLUMN c;
+CREATE PUBLICATION pub_mix_7 FOR TABLE test_mix_4 (a, b);
+CREATE PUBLICATION pub_mix_8 FOR TABLE test_mix_4;
+INSERT INTO test_mix_4 VALUES (1, 2);
+"""
+
+_031_STREAMED = """
+INSERT INTO tab1 VALUES (2, 3, 4), (5, 6, 7);
+INSERT INTO tab3 VALUES (2, 3, 4), (5, 6, 7);
+INSERT INTO tab4 VALUES (3, 'red', 5, 'foo'), (4, 'blue', 6, 'bar');
+INSERT INTO test_part_c VALUES (3, 7, 8), (4, 9, 10);
+UPDATE tab1 SET "B" = 2 * "B" where a = 1;
+UPDATE tab1 SET c = 2*c where a = 4;
+UPDATE tab3 SET "B" = "B" || ' updated' where "a'" = 4;
+UPDATE tab3 SET "c'" = 2 * "c'" where "a'" = 1;
+UPDATE tab4 SET b = 'blue', c = c * 2, d = d || ' updated' where a = 1;
+UPDATE tab4 SET b = 'red', c = c * 2, d = d || ' updated' where a = 2;
+INSERT INTO tab5 VALUES (3, 33, 333, 3333), (4, 44, 444, 4444);
+INSERT INTO test_mix_4 VALUES (3, 4);
+"""
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_031_column_lists(spark, server, request, tmp_path):
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute(_031_TABLES)
+        one = Pipeline(spark, dsn, "pub1", str(tmp_path / "one"), slot="one")
+        mix = Pipeline(spark, dsn, "pub2,pub3,pub_mix_7,pub_mix_8", str(tmp_path / "mix"), slot="mix")
+        for p in (one, mix):
+            p.check(conn, f"initial copy of {p.publication}")
+        assert one.rows("tab1", "a", "B") == [(1, 2), (4, 5)]
+        assert one.rows("tab3", "a'", "c'") == [(1, 3), (4, 6)]
+        assert one.rows("tab4", "a", "b", "d") == [(1, "red", "oh my"), (2, "blue", "hello")]
+        assert one.rows("test_part_c_1", "a", "c") == [(1, 5)] and one.rows("test_part_c_2", "a", "b") == [(2, 4)]
+        assert mix.rows("test_mix_4", "a", "b") == [(1, 2)]
+        from walspark.spark.tables import table_path
+
+        def columns(p: Pipeline, table: str) -> list[str]:
+            return spark.read.format("delta").load(table_path(p.target, "public", table)).columns
+
+        assert (columns(one, "tab1"), columns(one, "tab3"), columns(one, "test_part_c_1")) == (
+            ["a", "B"], ["a'", "c'"], ["a", "c"])
+        assert (columns(mix, "tab5"), columns(mix, "test_mix_4")) == (["a", "b"], ["a", "b"])
+        conn.execute(_031_STREAMED)
+        for p in (one, mix):
+            p.check(conn, f"after the workload, {p.publication}")
+        assert one.rows("tab1", "a", "B") == [(1, 4), (2, 3), (4, 5), (5, 6)]
+        assert one.rows("tab3", "a'", "c'") == [(1, 6), (2, 4), (4, 6), (5, 7)]
+        assert one.rows("tab4", "a", "b", "d") == [(1, "blue", "oh my updated"), (2, "red", "hello updated"),
+                                                   (3, "red", "foo"), (4, "blue", "bar")]
+        assert mix.rows("tab5", "a", "b") == [(1, 11), (2, 22), (3, 33), (4, 44)]
+        assert mix.rows("test_mix_4", "a", "b") == [(1, 2), (3, 4)]
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_031_different_column_lists_stop_with_one_line(spark, server, request, tmp_path):
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute("""
+            CREATE TABLE test_mix_1 (a int PRIMARY KEY, b int, c int);
+            CREATE PUBLICATION pub_mix_1 FOR TABLE test_mix_1 (a, b);
+            CREATE PUBLICATION pub_mix_2 FOR TABLE test_mix_1 (a, c);
+        """)
+        out = run_once(dsn, "pub_mix_1,pub_mix_2", "s", str(tmp_path / "lake"), expect_exit=1)
+        assert out.count("\n") == 1 and "different column lists" in out and "public.test_mix_1" in out, out
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+
+
+_031_VIA_ROOT = """
+CREATE TABLE test_part (a int PRIMARY KEY, b text, c timestamptz) PARTITION BY LIST (a);
+CREATE TABLE test_part_1_1 PARTITION OF test_part FOR VALUES IN (1,2,3,4,5,6);
+CREATE TABLE test_part_2_1 PARTITION OF test_part FOR VALUES IN (7,8,9,10,11,12) PARTITION BY LIST (a);
+CREATE TABLE test_part_2_2 PARTITION OF test_part_2_1 FOR VALUES IN (7,8,9,10);
+CREATE TABLE test_part_d (a int, b int) PARTITION BY LIST (a);
+CREATE TABLE test_part_d_1 PARTITION OF test_part_d FOR VALUES IN (1,3);
+ALTER TABLE test_part_d_1 ADD PRIMARY KEY (a);
+ALTER TABLE test_part_d_1 REPLICA IDENTITY USING INDEX test_part_d_1_pkey;
+CREATE TABLE t (a int, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE t_1 PARTITION OF t FOR VALUES FROM (1) TO (10) PARTITION BY RANGE (a);
+CREATE TABLE t_2 PARTITION OF t_1 FOR VALUES FROM (1) TO (10);
+CREATE PUBLICATION pub_vr FOR TABLE test_part (a, b), test_part_d (a), t_1 (a), t_2
+    WITH (publish_via_partition_root = true);
+INSERT INTO test_part VALUES (1, 'abc', '2021-07-04 12:00:00'), (2, 'bcd', '2021-07-03 11:12:13'),
+                             (7, 'abc', '2021-07-04 12:00:00'), (8, 'bcd', '2021-07-03 11:12:13');
+INSERT INTO test_part_d VALUES (1, 2);
+INSERT INTO t VALUES (1, 2, 3);
+CREATE TABLE test_root (a int PRIMARY KEY, b int, c int) PARTITION BY RANGE (a);
+CREATE TABLE test_root_1 PARTITION OF test_root FOR VALUES FROM (1) TO (10);
+CREATE TABLE test_root_2 PARTITION OF test_root FOR VALUES FROM (10) TO (20);
+CREATE PUBLICATION pub_test_root FOR TABLE test_root (a) WITH (publish_via_partition_root = true);
+CREATE PUBLICATION pub_test_root_1 FOR TABLE test_root_1 (a, b);
+INSERT INTO test_root VALUES (1, 2, 3), (10, 20, 30);
+"""
+
+
+def _031_via_root_initial(conn: psycopg.Connection[Any], spark, vr: Pipeline, root: Pipeline) -> None:  # noqa: ANN001
+    for p in (vr, root):
+        run_once(p.dsn, p.publication, p.slot, p.target)
+    assert_matches_publication(conn, spark, vr.target, "pub_vr", context="initial copy of pub_vr")
+    assert vr.rows("test_part", "a", "b") == [(1, "abc"), (2, "bcd"), (7, "abc"), (8, "bcd")]
+    assert vr.rows("test_part_d", "a") == [(1,)] and vr.rows("t_1", "a") == [(1,)]
+    assert sorted(d.name for d in (Path(vr.target) / "public").iterdir()) == ["t_1", "test_part", "test_part_d"]
+    # two publications: the root's column list wins, the partition is not a table of its own (the
+    # oracle lists it, reading pg_publication_tables one publication at a time)
+    assert sorted(d.name for d in (Path(root.target) / "public").iterdir()) == ["test_root"]
+    assert spark.read.format("delta").load(str(Path(root.target) / "public" / "test_root")).columns == ["a"]
+    assert root.rows("test_root", "a") == [(1,), (10,)]
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_031_column_lists_via_root_snapshot(spark, server, request, tmp_path):
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute(_031_VIA_ROOT)
+        vr = Pipeline(spark, dsn, "pub_vr", str(tmp_path / "vr"), slot="vr")
+        root = Pipeline(spark, dsn, "pub_test_root,pub_test_root_1", str(tmp_path / "root"), slot="root")
+        _031_via_root_initial(conn, spark, vr, root)
+
+
+@pytest.mark.parametrize("server", ["pg18", "pg15"])
+def test_031_column_lists_via_root_stream(spark, server, request, tmp_path):
+    """The same, then streaming (needs issue 13 item 1)."""
+    dsn = request.getfixturevalue(f"{server}_dsn")
+    with _conn(dsn) as conn:
+        conn.execute(_031_VIA_ROOT)
+        vr = Pipeline(spark, dsn, "pub_vr", str(tmp_path / "vr"), slot="vr")
+        root = Pipeline(spark, dsn, "pub_test_root,pub_test_root_1", str(tmp_path / "root"), slot="root")
+        _031_via_root_initial(conn, spark, vr, root)
+        conn.execute("""
+            INSERT INTO test_part VALUES (3, 'xxx', '2022-02-01 10:00:00'), (4, 'yyy', '2022-03-02 15:12:13'),
+                                         (9, 'zzz', '2022-04-03 21:00:00'), (10, 'qqq', '2022-05-04 22:12:13');
+            INSERT INTO test_part_d VALUES (3, 4);
+            INSERT INTO t VALUES (4, 5, 6);
+            INSERT INTO test_root VALUES (2, 3, 4), (11, 21, 31);
+        """)
+        vr.check(conn, "after streaming pub_vr")
+        run_once(root.dsn, root.publication, root.slot, root.target)
+        assert vr.rows("test_part", "a") == [(1,), (2,), (3,), (4,), (7,), (8,), (9,), (10,)]
+        assert vr.rows("test_part_d", "a") == [(1,), (3,)] and vr.rows("t_1", "a") == [(1,), (4,)]
+        assert root.rows("test_root", "a") == [(1,), (2,), (10,), (11,)]
+
+
+def test_publish_generated_columns_in_the_copy_and_the_stream(spark, pg18_dsn, tmp_path):
+    """PostgreSQL 18: stored generated columns published by option or by naming them in a column list."""
+    with _conn(pg18_dsn) as conn:
+        conn.execute("""
+            CREATE TABLE g (id int PRIMARY KEY, a int, secret text, twice int GENERATED ALWAYS AS (a * 2) STORED);
+            INSERT INTO g (id, a, secret) SELECT x, x, 's' FROM generate_series(1, 20) x;
+            CREATE PUBLICATION gen FOR TABLE g WHERE (a % 2 = 0) WITH (publish_generated_columns = stored);
+            CREATE PUBLICATION gen_list FOR TABLE g (id, twice);
+        """)
+        gen = Pipeline(spark, pg18_dsn, "gen", str(tmp_path / "gen"), slot="gen")
+        listed = Pipeline(spark, pg18_dsn, "gen_list", str(tmp_path / "listed"), slot="listed")
+        for p in (gen, listed):
+            p.check(conn, f"initial copy of {p.publication}")
+        assert gen.rows("g", "id", "twice")[:2] == [(2, 4), (4, 8)] and len(gen.rows("g", "id")) == 10
+        assert listed.rows("g", "id", "twice")[:2] == [(1, 2), (2, 4)]
+        conn.execute("UPDATE g SET a = a + 1 WHERE id <= 6; DELETE FROM g WHERE id = 20; INSERT INTO g (id, a) VALUES (30, 30)")
+        for p in (gen, listed):
+            p.check(conn, f"after the workload, {p.publication}")
