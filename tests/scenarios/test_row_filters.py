@@ -557,22 +557,26 @@ def test_031_column_lists(spark, server, request, tmp_path):
     with _conn(dsn) as conn:
         conn.execute(_031_TABLES)
         one = Pipeline(spark, dsn, "pub1", str(tmp_path / "one"), slot="one")
-        mix = Pipeline(spark, dsn, "pub2,pub3,pub_mix_7,pub_mix_8", str(tmp_path / "mix"), slot="mix")
+        # PostgreSQL 15 counts the generated column in pub_mix_8's list and refuses the pair, as the
+        # snapshot does (see test_031_different_column_lists_stop_with_one_line)
+        mixed = "pub2,pub3" + (",pub_mix_7,pub_mix_8" if server == "pg18" else "")
+        mix = Pipeline(spark, dsn, mixed, str(tmp_path / "mix"), slot="mix")
         for p in (one, mix):
             p.check(conn, f"initial copy of {p.publication}")
-        assert one.rows("tab1", "a", "B") == [(1, 2), (4, 5)]
-        assert one.rows("tab3", "a'", "c'") == [(1, 3), (4, 6)]
-        assert one.rows("tab4", "a", "b", "d") == [(1, "red", "oh my"), (2, "blue", "hello")]
-        assert one.rows("test_part_c_1", "a", "c") == [(1, 5)] and one.rows("test_part_c_2", "a", "b") == [(2, 4)]
-        assert mix.rows("test_mix_4", "a", "b") == [(1, 2)]
         from walspark.spark.tables import table_path
 
         def columns(p: Pipeline, table: str) -> list[str]:
             return spark.read.format("delta").load(table_path(p.target, "public", table)).columns
 
+        assert one.rows("tab1", "a", "B") == [(1, 2), (4, 5)]
+        assert one.rows("tab3", "a'", "c'") == [(1, 3), (4, 6)]
+        assert one.rows("tab4", "a", "b", "d") == [(1, "red", "oh my"), (2, "blue", "hello")]
+        assert one.rows("test_part_c_1", "a", "c") == [(1, 5)] and one.rows("test_part_c_2", "a", "b") == [(2, 4)]
+        if server == "pg18":
+            assert mix.rows("test_mix_4", "a", "b") == [(1, 2)] and columns(mix, "test_mix_4") == ["a", "b"]
         assert (columns(one, "tab1"), columns(one, "tab3"), columns(one, "test_part_c_1")) == (
             ["a", "B"], ["a'", "c'"], ["a", "c"])
-        assert (columns(mix, "tab5"), columns(mix, "test_mix_4")) == (["a", "b"], ["a", "b"])
+        assert columns(mix, "tab5") == ["a", "b"]
         conn.execute(_031_STREAMED)
         for p in (one, mix):
             p.check(conn, f"after the workload, {p.publication}")
@@ -581,7 +585,8 @@ def test_031_column_lists(spark, server, request, tmp_path):
         assert one.rows("tab4", "a", "b", "d") == [(1, "blue", "oh my updated"), (2, "red", "hello updated"),
                                                    (3, "red", "foo"), (4, "blue", "bar")]
         assert mix.rows("tab5", "a", "b") == [(1, 11), (2, 22), (3, 33), (4, 44)]
-        assert mix.rows("test_mix_4", "a", "b") == [(1, 2), (3, 4)]
+        if server == "pg18":
+            assert mix.rows("test_mix_4", "a", "b") == [(1, 2), (3, 4)]
 
 
 @pytest.mark.parametrize("server", ["pg18", "pg15"])
@@ -595,7 +600,20 @@ def test_031_different_column_lists_stop_with_one_line(spark, server, request, t
         """)
         out = run_once(dsn, "pub_mix_1,pub_mix_2", "s", str(tmp_path / "lake"), expect_exit=1)
         assert out.count("\n") == 1 and "different column lists" in out and "public.test_mix_1" in out, out
-        assert conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE database = current_database()").fetchone()[0] == 0
+        if server == "pg15":  # PostgreSQL 15's pgoutput counts a generated column in a publication without a list
+            conn.execute("""
+                CREATE TABLE test_mix_4 (a int PRIMARY KEY, b int, d int GENERATED ALWAYS AS (a + 1) STORED);
+                CREATE PUBLICATION pub_mix_7 FOR TABLE test_mix_4 (a, b);
+                CREATE PUBLICATION pub_mix_8 FOR TABLE test_mix_4;
+            """)
+            conn.execute("SELECT pg_create_logical_replication_slot('probe', 'pgoutput')")
+            conn.execute("INSERT INTO test_mix_4 VALUES (1, 2)")
+            with pytest.raises(psycopg.Error, match="different column lists"):
+                conn.execute("SELECT count(*) FROM pg_logical_slot_peek_binary_changes('probe', NULL, NULL,"
+                             " 'proto_version', '1', 'publication_names', 'pub_mix_7,pub_mix_8')")
+            out = run_once(dsn, "pub_mix_7,pub_mix_8", "s", str(tmp_path / "lake2"), expect_exit=1)
+            assert "different column lists" in out and "public.test_mix_4" in out, out
 
 
 _031_VIA_ROOT = """
@@ -678,7 +696,7 @@ def test_publish_generated_columns_in_the_copy_and_the_stream(spark, pg18_dsn, t
         conn.execute("""
             CREATE TABLE g (id int PRIMARY KEY, a int, secret text, twice int GENERATED ALWAYS AS (a * 2) STORED);
             INSERT INTO g (id, a, secret) SELECT x, x, 's' FROM generate_series(1, 20) x;
-            CREATE PUBLICATION gen FOR TABLE g WHERE (a % 2 = 0) WITH (publish_generated_columns = stored);
+            CREATE PUBLICATION gen FOR TABLE g WHERE (id % 2 = 0) WITH (publish_generated_columns = stored);
             CREATE PUBLICATION gen_list FOR TABLE g (id, twice);
         """)
         gen = Pipeline(spark, pg18_dsn, "gen", str(tmp_path / "gen"), slot="gen")

@@ -415,3 +415,16 @@ def test_publication_tables_combine_filters_like_table_sync(pg18_dsn: str) -> No
         assert {p.table: p.row_filter for p in publication_tables(conn, ["p1", "p2,p3"])}["f"] is None
         with pytest.raises(SnapshotError, match="different column lists"):
             publication_tables(conn, "p1,p4")
+
+
+def test_generated_columns_are_not_copied_before_18(spark, pg15_dsn: str, tmp_path: Path) -> None:
+    """PostgreSQL 15's attnames lists a stored generated column for a publication without a column
+    list, but its pgoutput never sends one: the snapshot copies what the stream sends."""
+    with _conn(pg15_dsn) as conn:
+        conn.execute("CREATE TABLE g (id int PRIMARY KEY, a int, twice int GENERATED ALWAYS AS (a * 2) STORED)")
+        conn.execute("INSERT INTO g (id, a) SELECT x, x FROM generate_series(1, 10) x")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE g WHERE (id > 3)")
+        assert conn.execute("SELECT attnames FROM pg_publication_tables").fetchone()[0] == ["id", "a", "twice"]
+        result = run_snapshot(spark, pg15_dsn, "pub", "snap_gen15", str(tmp_path))
+    frame = spark.read.format("delta").load(result.tables[0].path)
+    assert frame.columns == ["id", "a"] and sorted(r.id for r in frame.collect()) == list(range(4, 11))

@@ -205,7 +205,13 @@ SELECT p.relid::oid::int8 FROM pg_partition_tree(%s) p JOIN pg_class c ON c.oid 
 
 
 def _column_query(major: int, with_names: bool) -> str:
-    generated = " AND a.attgenerated = ''" if major >= 12 and not with_names else ""
+    """Live columns in attnum order, those named in ``attnames`` only when ``with_names``.
+
+    Generated columns: from PostgreSQL 18 on ``attnames`` says whether they are published
+    (``publish_generated_columns``, or named in a column list); before, pgoutput never sends them,
+    although PostgreSQL 15's ``attnames`` lists them for a publication without a column list.
+    """
+    generated = " AND a.attgenerated = ''" if 12 <= major and (major < 18 or not with_names) else ""
     names = " AND a.attname = ANY(%s)" if with_names else ""
     return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod FROM pg_attribute a"
             " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
