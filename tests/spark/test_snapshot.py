@@ -378,3 +378,53 @@ def test_snapshot_on_postgresql_15(spark, pg15_dsn: str, tmp_path: Path) -> None
         expected = _expected_arrow(conn, "public", "v", "id")
     assert result.tables[0].tasks > 1
     _same(_delta_arrow(spark, result.tables[0].path, "id"), expected)
+
+
+def test_copy_query_reads_only_the_table_and_ands_the_filter_with_the_range(pg18_dsn: str) -> None:
+    """``ONLY`` and the row filter in parentheses, so a filter's own OR cannot escape the CTID range."""
+    from walspark.spark.snapshot_source import copy_query
+
+    with _conn(pg18_dsn) as conn:
+        text = copy_query(["a", 'we"ird'], "s", "t", 3, 9, binary=True, row_filter="(a = 1) OR (a = 2)").as_string(conn)
+        plain = copy_query(["a"], "s", "t", 0, None, binary=False).as_string(conn)
+    assert text == ('COPY (SELECT "a", "we""ird" FROM ONLY "s"."t" WHERE ((a = 1) OR (a = 2)) AND '
+                    "ctid >= '(3,0)'::tid AND ctid < '(9,0)'::tid) TO STDOUT (FORMAT binary)")
+    assert plain == 'COPY (SELECT "a" FROM ONLY "s"."t") TO STDOUT (FORMAT text)'
+
+
+def test_publication_tables_combine_filters_like_table_sync(pg18_dsn: str) -> None:
+    """Filters ORed over publications, none if one publication has none, ONLY for inheritance
+    parents' children as their own tables, and a column-list conflict refused."""
+    from walspark.spark.snapshot import SnapshotError
+
+    with _conn(pg18_dsn) as conn:
+        conn.execute("""
+            CREATE TABLE f (id int PRIMARY KEY, a int, b text);
+            CREATE TABLE h (id int PRIMARY KEY, a int);
+            CREATE TABLE hc () INHERITS (h);
+            CREATE PUBLICATION p1 FOR TABLE f WHERE (a > 1), h (id) WHERE (id < 5);
+            CREATE PUBLICATION p2 FOR TABLE f WHERE (b = 'x' OR b IS NULL);
+            CREATE PUBLICATION p3 FOR TABLE f;
+            CREATE PUBLICATION p4 FOR TABLE h (id, a);
+        """)
+        plans = {p.table: p for p in publication_tables(conn, "p1, p2")}
+        assert set(plans) == {"f", "h", "hc"}
+        assert plans["f"].row_filter == "((a > 1)) OR (((b = 'x'::text) OR (b IS NULL)))"
+        assert plans["hc"].row_filter == "((id < 5))" and [c[0] for c in plans["hc"].columns] == ["id"]
+        assert [r.table for r in plans["h"].relations] == ["h"]
+        assert {p.table: p.row_filter for p in publication_tables(conn, ["p1", "p2,p3"])}["f"] is None
+        with pytest.raises(SnapshotError, match="different column lists"):
+            publication_tables(conn, "p1,p4")
+
+
+def test_generated_columns_are_not_copied_before_18(spark, pg15_dsn: str, tmp_path: Path) -> None:
+    """PostgreSQL 15's attnames lists a stored generated column for a publication without a column
+    list, but its pgoutput never sends one: the snapshot copies what the stream sends."""
+    with _conn(pg15_dsn) as conn:
+        conn.execute("CREATE TABLE g (id int PRIMARY KEY, a int, twice int GENERATED ALWAYS AS (a * 2) STORED)")
+        conn.execute("INSERT INTO g (id, a) SELECT x, x FROM generate_series(1, 10) x")
+        conn.execute("CREATE PUBLICATION pub FOR TABLE g WHERE (id > 3)")
+        assert conn.execute("SELECT attnames FROM pg_publication_tables").fetchone()[0] == ["id", "a", "twice"]
+        result = run_snapshot(spark, pg15_dsn, "pub", "snap_gen15", str(tmp_path))
+    frame = spark.read.format("delta").load(result.tables[0].path)
+    assert frame.columns == ["id", "a"] and sorted(r.id for r in frame.collect()) == list(range(4, 11))

@@ -28,7 +28,8 @@ from .errors import (
     SlotNotFound,
     WalLevelNotLogical,
 )
-from .names import validate_publication_name, validate_slot_name
+from .names import validate_slot_name
+from .publications import publication_list
 
 if TYPE_CHECKING:
     from .slots import SlotInfo
@@ -42,7 +43,7 @@ WITH published AS (
     SELECT c.oid, c.relkind FROM pg_publication_tables t
     JOIN pg_namespace n ON n.nspname = t.schemaname
     JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
-    WHERE t.pubname = %s
+    WHERE t.pubname = ANY(%s)
 ), readable AS (
     SELECT oid FROM published
     UNION
@@ -83,14 +84,15 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                  replication: bool = True) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
-    ``publications`` must exist; ``slot`` is validated and looked up (missing is an error only
-    with ``slot_must_exist``); ``snapshot`` also checks SELECT on every table the snapshot of
-    the (first) publication would read; ``replication`` opens and closes a replication
+    ``publications`` must exist (each item may be a comma-separated list, as ``--publication``
+    and the stream read it); ``slot`` is validated and looked up (missing is an error only with
+    ``slot_must_exist``); ``snapshot`` also checks SELECT on every table the snapshot of the
+    publications would read; ``replication`` opens and closes a replication
     connection (the REPLICATION attribute and pg_hba's ``replication`` entries).
     """
     from walspark.source.slots import get_slot
 
-    names = [validate_publication_name(p) for p in publications]
+    names = list(publication_list(publications))
     if slot is not None:
         validate_slot_name(slot)
     try:
@@ -120,12 +122,12 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                     raise SlotNotFound(f"replication slot {slot!r} does not exist in database "
                                        f"{conn.info.dbname!r}; create it with `walspark slot create`")
             if snapshot and names:
-                rows = conn.execute(_UNREADABLE_QUERY, (names[0],)).fetchall()
+                rows = conn.execute(_UNREADABLE_QUERY, (names,)).fetchall()
                 if rows:
                     tables = ", ".join(r[0] for r in rows)
                     raise PermissionDenied(
                         f"role {conn.info.user!r} may not SELECT {tables}, which the snapshot of publication "
-                        f"{names[0]!r} copies; GRANT SELECT ON {rows[0][0]} TO {conn.info.user} (for every "
+                        f"{', '.join(names)!r} copies; GRANT SELECT ON {rows[0][0]} TO {conn.info.user} (for every "
                         "table listed)")
             version = conn.info.server_version
         except Exception as exc:  # psycopg errors while reading catalogs

@@ -126,6 +126,9 @@ class TablePlan:
     binary: bool
     relations: list[Relation]
     ranges: list[CtidRange] = field(default_factory=list)
+    #: The publication's row filter (the server's deparsed expression, ORed over publications),
+    #: applied to every relation's COPY; None copies every row.
+    row_filter: str | None = None
 
     @property
     def qualified(self) -> str:
@@ -187,15 +190,6 @@ def plan_partitions(plan: TablePlan, *, parallelism: int, partition_rows: int = 
     return ranges
 
 
-_TABLES_QUERY = """
-SELECT c.oid::int8, n.nspname::text, c.relname::text, c.relkind::text, {attnames}
-  FROM pg_publication_tables t
-  JOIN pg_namespace n ON n.nspname = t.schemaname
-  JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
- WHERE t.pubname = %s
- ORDER BY n.nspname, c.relname
-"""
-
 _SIZE_QUERY = """
 SELECT n.nspname::text, c.relname::text, c.reltuples::float8, c.relpages,
        (pg_relation_size(c.oid) / current_setting('block_size')::int)::int8
@@ -211,49 +205,60 @@ SELECT p.relid::oid::int8 FROM pg_partition_tree(%s) p JOIN pg_class c ON c.oid 
 
 
 def _column_query(major: int, with_names: bool) -> str:
-    generated = " AND a.attgenerated = ''" if major >= 12 and not with_names else ""
+    """Live columns in attnum order, those named in ``attnames`` only when ``with_names``.
+
+    Generated columns: from PostgreSQL 18 on ``attnames`` says whether they are published
+    (``publish_generated_columns``, or named in a column list); before, pgoutput never sends them,
+    although PostgreSQL 15's ``attnames`` lists them for a publication without a column list.
+    """
+    generated = " AND a.attgenerated = ''" if 12 <= major and (major < 18 or not with_names) else ""
     names = " AND a.attname = ANY(%s)" if with_names else ""
     return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod FROM pg_attribute a"
             " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
             " ORDER BY a.attnum")
 
 
-def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
-    """The publication's tables as pgoutput will stream them: names, columns, storage.
+def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[TablePlan]:
+    """The publication's tables as pgoutput will stream them: names, columns, rows, storage.
 
     Run it inside the exported snapshot so the list and the columns are those of the consistent
-    point. Columns: the publication's column list (``attnames``, PostgreSQL 15+: it already
-    accounts for ``publish_generated_columns`` on 18), else every live, non-generated column.
-    A partitioned root (listed when the publication is ``publish_via_partition_root``) is read
-    through its leaf partitions; types come from the root.
+    point. What is copied is what PostgreSQL's table sync copies
+    (:func:`walspark.source.publications.published_relations`): the publication's column list
+    (``attnames``, PostgreSQL 15+: it already accounts for ``publish_generated_columns`` on 18),
+    else every live, non-generated column; the rows passing the row filter (ORed over several
+    publications, comma-separated as the stream reads them); a table's own rows only (``ONLY``:
+    published inheritance children are tables of their own). A partitioned root (listed when
+    the publication is ``publish_via_partition_root``) is read through its leaf partitions, each
+    with the root's filter; types come from the root.
     """
-    from walspark.source.names import validate_publication_name
+    from walspark.source.publications import ColumnListConflict, published_relations
     from walspark.values import TypeRegistry
 
-    validate_publication_name(publication)
     major = conn.info.server_version // 10000
-    attnames = "t.attnames::text[]" if major >= 15 else "NULL::text[]"
-    rows = conn.execute(_TABLES_QUERY.format(attnames=attnames), (publication,)).fetchall()
+    try:
+        published = published_relations(conn, publication)
+    except ColumnListConflict as exc:
+        raise SnapshotError(str(exc)) from None
     registry = TypeRegistry()
     plans = []
-    for oid, schema, table, relkind, names in rows:
-        if names is not None:
-            cols = conn.execute(_column_query(major, True), (oid, list(names))).fetchall()
+    for rel in published:
+        if rel.columns is not None:
+            cols = conn.execute(_column_query(major, True), (rel.oid, list(rel.columns))).fetchall()
         else:
-            cols = conn.execute(_column_query(major, False), (oid,)).fetchall()
+            cols = conn.execute(_column_query(major, False), (rel.oid,)).fetchall()
         columns = [(str(n), int(t), int(m)) for n, t, m in cols]
         if not columns:
-            log.warning("%s.%s publishes no column; skipped", schema, table)
+            log.warning("%s publishes no column; skipped", rel.qualified)
             continue
-        if relkind == "p":
-            leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (oid,)).fetchall()]
+        if rel.relkind == "p":
+            leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (rel.oid,)).fetchall()]
         else:
-            leaf_oids = [oid]
+            leaf_oids = [rel.oid]
         relations = []
         for leaf in leaf_oids:
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
-        plans.append(TablePlan(schema, table, columns, True, relations))
+        plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter))
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
     # values match what the text-mode stream gives for a type walspark does not know.
     catalog = _catalog_rows(conn)
@@ -516,7 +521,8 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     and its rows one atomic Delta commit: a failed job leaves the previous version in place.
     """
     source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
-                                ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition)
+                                ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition,
+                                row_filter=plan.row_filter)
     df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
@@ -557,7 +563,8 @@ def _slot_exists(dsn: str, slot: str) -> bool:
         return get_slot(conn, slot) is not None
 
 
-def _plan_in_snapshot(dsn: str, snapshot_name: str, publication: str) -> tuple[list[TablePlan], list[list[Any]]]:
+def _plan_in_snapshot(dsn: str, snapshot_name: str,
+                      publication: str | Sequence[str]) -> tuple[list[TablePlan], list[list[Any]]]:
     from walspark.source.connect import connect_sql
 
     from .snapshot_source import begin_in_snapshot
@@ -586,10 +593,12 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     ``fail_partition=("schema.table", i)`` is a test hook: task ``i`` of that table raises.
     See the module docstring for the restart rules and ``redo``.
     """
-    from walspark.source.names import validate_publication_name, validate_slot_name
+    from walspark.source.names import validate_slot_name
+    from walspark.source.publications import publication_list
 
     validate_slot_name(slot)
-    validate_publication_name(publication)
+    if not publication_list(publication):
+        raise SnapshotError("a snapshot needs at least one publication name")
     register_snapshot_source(spark)
     parallelism = parallelism or spark.sparkContext.defaultParallelism
 

@@ -10,8 +10,13 @@ Every task opens its own connection and imports the slot's exported snapshot
 tasks see the database exactly as of the slot's consistent point, however long the copy takes
 and whatever commits meanwhile. Each task then runs::
 
-    COPY (SELECT "c1", "c2" FROM "s"."t" WHERE ctid >= '(a,0)'::tid AND ctid < '(b,0)'::tid)
-      TO STDOUT (FORMAT binary)
+    COPY (SELECT "c1", "c2" FROM ONLY "s"."t"
+           WHERE (<row filter>) AND ctid >= '(a,0)'::tid AND ctid < '(b,0)'::tid) TO STDOUT (FORMAT binary)
+
+``ONLY`` and the row filter make the copy hold what the stream publishes, as PostgreSQL's table
+sync does (``COPY (SELECT ... FROM ONLY ... WHERE <filters ORed>)``): an inheritance parent's
+children are published as tables of their own (or not at all), and rows outside the
+publication's row filter are never streamed, so they must not be copied either.
 
 Binary COPY carries every value in its type's ``*send`` format, the very bytes pgoutput sends in
 binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. psycopg's C
@@ -81,6 +86,7 @@ class SnapshotSourcePlan:
     ranges: list[CtidRange]
     catalog: list[list[Any]] = field(default_factory=list)
     fail_partition: int | None = None
+    row_filter: str | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -95,10 +101,13 @@ class SnapshotSourcePlan:
 
 
 def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end: int | None, *,
-               binary: bool, as_text: Sequence[bool] = ()) -> Any:
-    """The ``COPY (SELECT ...) TO STDOUT`` of one CTID range, every identifier quoted.
+               binary: bool, as_text: Sequence[bool] = (), row_filter: str | None = None) -> Any:
+    """The ``COPY (SELECT ... FROM ONLY ...) TO STDOUT`` of one CTID range, every identifier quoted.
 
     Columns flagged in ``as_text`` are selected as ``"c"::text`` (see :data:`TEXT_TRANSFER_TYPES`).
+    ``row_filter`` is the publication's row filter as the server deparsed it
+    (``pg_publication_tables.rowfilter``, already ORed over publications): it is SQL text from the
+    catalog, put in parentheses and ANDed with the CTID range, never composed from user input.
 
     TID range conditions are executed as a TID Range Scan from PostgreSQL 14 on (only the pages
     of the range are read); older servers evaluate them during a sequential scan.
@@ -109,13 +118,15 @@ def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end:
     cols = sql.SQL(", ").join(
         sql.SQL("{}::text").format(sql.Identifier(c)) if t else sql.Identifier(c) for c, t in zip(columns, flags))
     conds: list[sql.Composable] = []
+    if row_filter:
+        conds.append(sql.SQL("(") + sql.SQL(row_filter) + sql.SQL(")"))
     if start > 0:
         conds.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({start},0)")))
     if end is not None:
         conds.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({end},0)")))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds) if conds else sql.SQL("")
     fmt = sql.SQL("binary" if binary else "text")
-    return sql.SQL("COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT {})").format(
+    return sql.SQL("COPY (SELECT {} FROM ONLY {}{}) TO STDOUT (FORMAT {})").format(
         cols, sql.Identifier(schema, table), where, fmt)
 
 
@@ -376,7 +387,7 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
         raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")
     decoder = _Decoder(plan)
     query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary,
-                       as_text=decoder.as_text if plan.binary else ())
+                       as_text=decoder.as_text if plan.binary else (), row_filter=plan.row_filter)
     conn = connect_sql(plan.dsn)
     try:
         try:
