@@ -1,0 +1,141 @@
+"""Replica identity changes (with column lists) and tables without columns, through ``walspark run``.
+
+Each change is matched on the replica identity in force when it was made: the Relation message
+before it (its key flags, the change row's ``_key``). The workloads come from PostgreSQL's own
+subscription tests — ``031_column_list.pl`` (tab6, tab7: the primary key moves to other columns
+of the column list, with writes while the table has no identity), ``032_subscribe_use_index.pl``
+(REPLICA IDENTITY FULL with duplicate rows), ``100_bugs.pl`` (``tab_replidentity_index``: the
+identity index switches to another unique index; ``dropped_cols``: FULL and a dropped column)
+— plus FULL ↔ DEFAULT switches, a primary key added to a table without one, and an identity
+dropped to NOTHING. Every scenario runs twice: with a ``walspark run --once`` after each step,
+and as one backlog (snapshot, then every step in one run), so changes made under several
+identities arrive in one batch. The zero-column table comes from ``001_rep_changes.pl``
+(``tab_no_col``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+from .support import assert_matches_publication, run_once
+
+pytestmark = pytest.mark.spark
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Setup SQL (tables, publication, initial rows: before the snapshot), then steps."""
+
+    setup: tuple[str, ...]
+    steps: tuple[str, ...]
+    scd2: tuple[str, ...] = ()
+
+
+IDENTITY = Workload(
+    setup=(
+        # 100_bugs.pl: the REPLICA IDENTITY INDEX changes to another unique index
+        "CREATE TABLE tab_replidentity_index (a int NOT NULL, b int NOT NULL, v text)",
+        "CREATE UNIQUE INDEX idx_replidentity_index_a ON tab_replidentity_index (a)",
+        "CREATE UNIQUE INDEX idx_replidentity_index_b ON tab_replidentity_index (b)",
+        "ALTER TABLE tab_replidentity_index REPLICA IDENTITY USING INDEX idx_replidentity_index_a",
+        "INSERT INTO tab_replidentity_index VALUES (1, 1, 'x'), (2, 2, 'x'), (3, 3, 'x'), (4, 4, 'x')",
+        # 031_column_list.pl tab6: column list (a, b), the primary key moves from a to b
+        "CREATE TABLE tab6 (a int PRIMARY KEY, b int, c int, d int)",
+        "INSERT INTO tab6 VALUES (1, 22, 333, 4444)",
+        # 031_column_list.pl tab7: primary key a, then (a, b), then none, then (b, a)
+        "CREATE TABLE tab7 (a int PRIMARY KEY, b int, c int, d int)",
+        "INSERT INTO tab7 VALUES (1, 22, 333, 4444)",
+        # FULL <-> DEFAULT (and back), with updates of the key and deletes under each
+        "CREATE TABLE full_default (id int PRIMARY KEY, v text, w int)",
+        "ALTER TABLE full_default REPLICA IDENTITY FULL",
+        "INSERT INTO full_default SELECT g, 'v' || g, g FROM generate_series(1, 8) g",
+        # 032_subscribe_use_index.pl: FULL, duplicate rows; later a primary key (DEFAULT)
+        "CREATE TABLE test_replica_id_full (x int, y text)",
+        "ALTER TABLE test_replica_id_full REPLICA IDENTITY FULL",
+        "INSERT INTO test_replica_id_full SELECT (i % 10), (i % 10)::text FROM generate_series(0, 10) i",
+        # DEFAULT without a primary key (no identity: inserts only), then a primary key
+        "CREATE TABLE pk_added (id int NOT NULL, v text)",
+        "INSERT INTO pk_added VALUES (1, 'a'), (2, 'b')",
+        # a primary key, then REPLICA IDENTITY NOTHING (inserts only from then on)
+        "CREATE TABLE to_nothing (id int PRIMARY KEY, v text)",
+        "INSERT INTO to_nothing SELECT g, 'v' || g FROM generate_series(1, 5) g",
+        "CREATE PUBLICATION pub FOR TABLE tab_replidentity_index, tab6 (a, b), tab7 (a, b), full_default,"
+        " test_replica_id_full, pk_added, to_nothing",
+    ),
+    steps=(
+        # under the first identities
+        "UPDATE tab_replidentity_index SET v = 'y' WHERE a IN (1, 3);"
+        " UPDATE tab_replidentity_index SET b = 30 WHERE a = 3;"
+        " DELETE FROM tab_replidentity_index WHERE a = 4;"
+        " INSERT INTO tab6 VALUES (2, 33, 444, 5555); UPDATE tab6 SET b = b * 2, c = c * 3, d = d * 4;"
+        " INSERT INTO tab7 VALUES (2, 33, 444, 5555); UPDATE tab7 SET b = b * 2, c = c * 3, d = d * 4;"
+        " UPDATE full_default SET v = 'full' WHERE id <= 3; UPDATE full_default SET id = 100 WHERE id = 4;"
+        " DELETE FROM full_default WHERE id = 5;"
+        " DELETE FROM test_replica_id_full WHERE x IN (5, 6);"
+        " UPDATE test_replica_id_full SET x = 100, y = '200' WHERE x IN (1, 2);"
+        " INSERT INTO pk_added VALUES (3, 'c');"
+        " UPDATE to_nothing SET v = 'u' WHERE id = 1; DELETE FROM to_nothing WHERE id = 2;",
+        # the identities change; rows changed above are changed again under the new ones
+        "ALTER TABLE tab_replidentity_index REPLICA IDENTITY USING INDEX idx_replidentity_index_b;"
+        " UPDATE tab_replidentity_index SET a = -a WHERE a = 1;"
+        " UPDATE tab_replidentity_index SET v = 'z' WHERE b = 30;"
+        " DELETE FROM tab_replidentity_index WHERE a = 2;"
+        " ALTER TABLE tab6 DROP CONSTRAINT tab6_pkey; ALTER TABLE tab6 ADD PRIMARY KEY (b);"
+        " INSERT INTO tab6 VALUES (3, 55, 666, 8888); UPDATE tab6 SET b = b * 2, c = c * 3, d = d * 4;"
+        " ALTER TABLE tab7 DROP CONSTRAINT tab7_pkey; ALTER TABLE tab7 ADD PRIMARY KEY (a, b);"
+        " INSERT INTO tab7 VALUES (3, 55, 666, 7777); UPDATE tab7 SET b = b * 2, c = c * 3, d = d * 4;"
+        " ALTER TABLE full_default REPLICA IDENTITY DEFAULT;"
+        " UPDATE full_default SET v = 'default' WHERE id IN (1, 6); UPDATE full_default SET id = 200 WHERE id = 2;"
+        " DELETE FROM full_default WHERE id IN (3, 100);"
+        " DELETE FROM test_replica_id_full WHERE x = 0;"  # both copies
+        " DELETE FROM test_replica_id_full WHERE ctid = (SELECT min(ctid) FROM test_replica_id_full WHERE x = 100);"
+        " UPDATE test_replica_id_full SET x = 101 WHERE x = 100;"
+        " ALTER TABLE pk_added ADD PRIMARY KEY (id);"
+        " UPDATE pk_added SET v = 'u' WHERE id IN (1, 3); UPDATE pk_added SET id = 20 WHERE id = 2;"
+        " ALTER TABLE to_nothing REPLICA IDENTITY NOTHING; INSERT INTO to_nothing VALUES (6, 'n');",
+        # 031 tab7 again: no identity while rows are inserted, then a new primary key; FULL again
+        "ALTER TABLE tab7 DROP CONSTRAINT tab7_pkey; INSERT INTO tab7 VALUES (4, 77, 888, 9999);"
+        " ALTER TABLE tab7 ADD PRIMARY KEY (b, a);"
+        " UPDATE tab7 SET b = b * 2, c = c * 3, d = d * 4; DELETE FROM tab7 WHERE a = 1;"
+        " ALTER TABLE full_default REPLICA IDENTITY FULL;"
+        " UPDATE full_default SET w = -w WHERE id IN (1, 200); DELETE FROM full_default WHERE id = 6;"
+        " INSERT INTO full_default VALUES (7000, 'new', 1);"
+        " UPDATE tab_replidentity_index SET b = -b;"
+        " ALTER TABLE test_replica_id_full ADD PRIMARY KEY (x);"  # x is unique by now
+        " ALTER TABLE test_replica_id_full REPLICA IDENTITY DEFAULT;"
+        " UPDATE test_replica_id_full SET y = 'pk' WHERE x IN (3, 101); DELETE FROM test_replica_id_full WHERE x = 4;",
+    ),
+    scd2=("public.tab_replidentity_index", "public.full_default"),
+)
+
+
+def _run(dsn: str, conn: psycopg.Connection, spark, target: str, workload: Workload, context: str) -> None:
+    run_once(dsn, "pub", "s", target, *[arg for t in workload.scd2 for arg in ("--scd2", t)])
+    assert_matches_publication(conn, spark, target, "pub", context=context)
+
+
+def _play(dsn: str, spark, target: str, workload: Workload, *, backlog: bool) -> None:
+    """Setup, snapshot, then the steps: a run after each, or one run after all (the backlog)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for sql in workload.setup:
+            conn.execute(sql)
+        _run(dsn, conn, spark, target, workload, "after the snapshot")
+        for i, sql in enumerate(workload.steps):
+            conn.execute(sql)
+            if not backlog:
+                _run(dsn, conn, spark, target, workload, f"after step {i}")
+        if backlog:
+            _run(dsn, conn, spark, target, workload, "after the backlog")
+
+
+@pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
+def test_identity_changes_pg18(spark, pg18_dsn, tmp_path, backlog):
+    _play(pg18_dsn, spark, str(tmp_path / "lake"), IDENTITY, backlog=backlog)
+
+
+@pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
+def test_identity_changes_pg15(spark, pg15_dsn, tmp_path, backlog):
+    _play(pg15_dsn, spark, str(tmp_path / "lake"), IDENTITY, backlog=backlog)
