@@ -139,3 +139,31 @@ def test_identity_changes_pg18(spark, pg18_dsn, tmp_path, backlog):
 @pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
 def test_identity_changes_pg15(spark, pg15_dsn, tmp_path, backlog):
     _play(pg15_dsn, spark, str(tmp_path / "lake"), IDENTITY, backlog=backlog)
+
+
+NO_COLUMNS = Workload(
+    setup=(
+        # 001_rep_changes.pl: a published table without columns
+        "CREATE TABLE tab_no_col ()",
+        "CREATE TABLE tab_ins (a int PRIMARY KEY, b text)",
+        "INSERT INTO tab_no_col DEFAULT VALUES",
+        "INSERT INTO tab_no_col DEFAULT VALUES",
+        "INSERT INTO tab_ins SELECT g, 'b' || g FROM generate_series(1, 5) g",
+        "CREATE PUBLICATION pub FOR TABLE tab_no_col, tab_ins",
+    ),
+    steps=(
+        "INSERT INTO tab_no_col DEFAULT VALUES; INSERT INTO tab_ins VALUES (6, 'b6'); UPDATE tab_ins SET b = 'u' WHERE a = 1",
+        "TRUNCATE tab_no_col; INSERT INTO tab_no_col DEFAULT VALUES; DELETE FROM tab_ins WHERE a = 2",
+        "INSERT INTO tab_no_col SELECT FROM generate_series(1, 3); INSERT INTO tab_ins VALUES (7, 'b7')",
+        # FULL identity: a delete of a row without columns removes one of the rows
+        "ALTER TABLE tab_no_col REPLICA IDENTITY FULL; DELETE FROM tab_no_col WHERE ctid = (SELECT min(ctid) FROM tab_no_col);"
+        " INSERT INTO tab_ins VALUES (8, 'b8')",
+        "TRUNCATE tab_no_col, tab_ins; INSERT INTO tab_ins VALUES (9, 'b9')",
+    ),
+    scd2=("public.tab_ins",),
+)
+
+
+@pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
+def test_table_without_columns_pg18(spark, pg18_dsn, tmp_path, backlog):
+    _play(pg18_dsn, spark, str(tmp_path / "lake"), NO_COLUMNS, backlog=backlog)

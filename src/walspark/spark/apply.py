@@ -76,6 +76,13 @@ SCD2_COLUMNS = (START_AT, END_AT)
 VALIDITY_DDL = "STRUCT<lsn: BIGINT, commit_time: TIMESTAMP>"
 SCD2_DDL = ((START_AT, VALIDITY_DDL), (END_AT, VALIDITY_DDL))
 
+#: The one column of the Delta table of a source table without columns (``CREATE TABLE t ()``;
+#: PostgreSQL allows it and replicates its row count): Delta needs a column, so the table holds
+#: one row per source row, each ``true`` here. Its rows are all alike, so the apply treats them
+#: as a multiset of that value: an insert adds a row, a delete (REPLICA IDENTITY FULL) removes
+#: one, a truncate empties the table.
+ROW_MARKER = "__WALSPARK_ROW"
+
 #: Prefix of the helper columns of the folded source (they never reach the Delta table).
 _P = "__ws_"
 
@@ -791,6 +798,9 @@ def _apply_table(
 
         rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
     fields = row_fields(batch_df)
+    columnless = not fields
+    if columnless:
+        rows, fields = with_row_marker(rows)
     names = [f.name for f in fields]
     missing = [k for k in facts.keys if k not in names]
     if missing:
@@ -801,6 +811,8 @@ def _apply_table(
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
     # Changes made under different replica identities are matched each on its own, run by run.
     for i, (part, part_facts) in enumerate(identity_runs(rows, facts)):
+        if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
+            part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
         idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name, run_step(i)), batch_id, note)
         with idempotence:
             if mode == "scd1":
@@ -811,6 +823,19 @@ def _apply_table(
                 apply_scd2(tgt, part, part_facts, fields)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
     return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn), record
+
+
+def with_row_marker(rows: DataFrame) -> tuple[DataFrame, list[StructField]]:
+    """The changes of a table without columns, with :data:`ROW_MARKER` as their one column: set
+    on every row an insert or update writes, and in ``_old`` wherever the old row was sent."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField
+
+    marker = F.lit(True)
+    rows = rows.withColumn(ROW_MARKER, F.when(F.col("_op").isin("I", "U"), marker)).withColumn(
+        "_old", F.when(F.col("_old").isNotNull(), F.struct(marker.alias(ROW_MARKER)))
+    )
+    return rows, [StructField(ROW_MARKER, BooleanType(), True)]
 
 
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],

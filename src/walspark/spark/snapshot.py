@@ -126,6 +126,8 @@ class TablePlan:
     binary: bool
     relations: list[Relation]
     ranges: list[CtidRange] = field(default_factory=list)
+    #: A table without columns: its row count in the snapshot (copied as that many marker rows).
+    columnless_rows: int | None = None
 
     @property
     def qualified(self) -> str:
@@ -242,9 +244,6 @@ def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
         else:
             cols = conn.execute(_column_query(major, False), (oid,)).fetchall()
         columns = [(str(n), int(t), int(m)) for n, t, m in cols]
-        if not columns:
-            log.warning("%s.%s publishes no column; skipped", schema, table)
-            continue
         if relkind == "p":
             leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (oid,)).fetchall()]
         else:
@@ -254,6 +253,8 @@ def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
         plans.append(TablePlan(schema, table, columns, True, relations))
+        if not columns:  # PostgreSQL replicates the row count of a table without columns
+            plans[-1].columnless_rows = _count_rows(conn, relations)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
     # values match what the text-mode stream gives for a type walspark does not know.
     catalog = _catalog_rows(conn)
@@ -264,6 +265,17 @@ def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
     for p in plans:
         p.binary = all(registry.is_known(oid) for _, oid, _ in p.columns)
     return plans
+
+
+def _count_rows(conn: Any, relations: Sequence[Relation]) -> int:
+    """Rows of these relations (each ``ONLY``), in the connection's snapshot."""
+    from psycopg import sql
+
+    return sum(
+        conn.execute(sql.SQL("SELECT count(*) FROM ONLY {}.{}").format(sql.Identifier(r.schema),
+                                                                      sql.Identifier(r.table))).fetchone()[0]
+        for r in relations
+    )  # fmt: skip
 
 
 def _catalog_rows(conn: Any) -> list[list[Any]]:
@@ -514,10 +526,17 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
 
     ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
     and its rows one atomic Delta commit: a failed job leaves the previous version in place.
+    A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     """
-    source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
-                                ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition)
-    df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
+    if plan.columnless_rows is not None:
+        from .apply import ROW_MARKER, quote
+
+        df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
+    else:
+        source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns,
+                                    binary=plan.binary, ranges=plan.ranges, catalog=catalog,
+                                    fail_partition=fail_partition)
+        df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
