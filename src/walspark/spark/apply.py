@@ -827,13 +827,17 @@ def _apply_table(
 
 def with_row_marker(rows: DataFrame) -> tuple[DataFrame, list[StructField]]:
     """The changes of a table without columns, with :data:`ROW_MARKER` as their one column: set
-    on every row an insert or update writes, and in ``_old`` wherever the old row was sent."""
+    on every row an insert writes, and as the old row of every delete (one arrives only with
+    REPLICA IDENTITY FULL, whose old row of no columns is the marker row; an update cannot set
+    a column a table does not have). Not read from ``_old``: a struct of no fields did not
+    come through Spark's Arrow conversion as non-null for such deletes."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, StructField
 
     marker = F.lit(True)
-    rows = rows.withColumn(ROW_MARKER, F.when(F.col("_op").isin("I", "U"), marker)).withColumn(
-        "_old", F.when(F.col("_old").isNotNull(), F.struct(marker.alias(ROW_MARKER)))
+    op = F.col("_op")
+    rows = rows.withColumn(ROW_MARKER, F.when(op.isin("I", "U"), marker)).withColumn(
+        "_old", F.when(op.isin("U", "D"), F.struct(marker.alias(ROW_MARKER)))
     )
     return rows, [StructField(ROW_MARKER, BooleanType(), True)]
 
