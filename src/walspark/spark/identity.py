@@ -29,6 +29,11 @@ identity covers them (FULL covers every column) or has none (only inserts arrive
 an identity that does not cover them is matched on its identity instead, with a warning: its
 deletes carry only the identity's columns, so the user's would match nothing.
 
+SCD2 histories follow the same runs: a run closes the current versions the next run replaces,
+matched on the next run's identity. (A transaction that changed a row both before and after an
+identity change — ``ALTER TABLE … REPLICA IDENTITY`` inside it — gets two versions at the same
+commit, the first one empty: ``[lsn, lsn)``.)
+
 Each run is one Delta commit with its own transaction id (``<app>/<schema>.<table>#identity<i>``
 for runs after the first), so a batch replayed after a crash between runs skips the runs that
 committed and applies the rest.
