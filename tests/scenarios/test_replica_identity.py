@@ -239,6 +239,7 @@ def test_identity_runs_replay_after_a_crash_between_runs(spark, pg18_dsn, tmp_pa
     from walspark.changes.rows import ChangeRowBuilder
     from walspark.source.sqlinterface import slot_changes
     from walspark.spark.apply import apply_changes, change_dataframe
+    from walspark.spark.progress import ProgressTable
     from walspark.spark.tables import table_path
 
     target = str(tmp_path / "lake")
@@ -269,11 +270,16 @@ def test_identity_runs_replay_after_a_crash_between_runs(spark, pg18_dsn, tmp_pa
     def versions() -> int:
         return spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count()
 
+    def crash() -> None:
+        """Lose the progress rows (the crash came before them) and what the process remembers."""
+        shutil.rmtree(tmp_path / "lake" / "_walspark")
+        ProgressTable.forget()
+
     apply_changes(first, 0, target=target)  # what the first run of batch 0 commits, then a crash
-    shutil.rmtree(tmp_path / "lake" / "_walspark")  # the crash came before the progress row
+    crash()
     apply_changes(both, 0, target=target)  # the replay: the first run is skipped, the second applied
     assert delta() == expected
     before = versions()
-    shutil.rmtree(tmp_path / "lake" / "_walspark")
+    crash()
     apply_changes(both, 0, target=target)  # replayed again: both runs skipped by their transaction ids
     assert delta() == expected and versions() == before
