@@ -234,10 +234,10 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
 
 
 def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
-    truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
-                             key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
     from .identity import match_keys
 
+    truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
+                             key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
     replica = tuple(row["key"] or ())
     chosen = match_keys(keys, replica, f"{table[0]}.{table[1]}")
     return BatchFacts(
