@@ -25,7 +25,9 @@ Per table, per micro-batch (SCD1):
 Keys are the replica identity (``_key``; REPLICA IDENTITY FULL flags every column, so rows match
 on all columns, null-safe ``<=>``). A table with no key (REPLICA IDENTITY NOTHING — PostgreSQL
 then refuses UPDATE/DELETE on a table that publishes them) is applied append-only, with a
-warning; updates and deletes that still arrive are dropped and logged.
+warning; updates and deletes that still arrive are dropped and logged. A batch whose changes
+were made under several replica identities (the identity changed within it) is applied in
+identity runs, each matched on its own identity, one commit each (:mod:`.identity`).
 
 Schema evolution: new columns are added, columns missing from the batch stay in the Delta table
 (NULL in rows inserted or updated from then on), integral/float/decimal types widen with Delta
@@ -73,6 +75,13 @@ END_AT = "__END_AT"
 SCD2_COLUMNS = (START_AT, END_AT)
 VALIDITY_DDL = "STRUCT<lsn: BIGINT, commit_time: TIMESTAMP>"
 SCD2_DDL = ((START_AT, VALIDITY_DDL), (END_AT, VALIDITY_DDL))
+
+#: The one column of the Delta table of a source table without columns (``CREATE TABLE t ()``;
+#: PostgreSQL allows it and replicates its row count): Delta needs a column, so the table holds
+#: one row per source row, each ``true`` here. Its rows are all alike, so the apply treats them
+#: as a multiset of that value: an insert adds a row, a delete (REPLICA IDENTITY FULL) removes
+#: one, a truncate empties the table.
+ROW_MARKER = "__WALSPARK_ROW"
 
 #: Prefix of the helper columns of the folded source (they never reach the Delta table).
 _P = "__ws_"
@@ -182,6 +191,11 @@ class BatchFacts:
     inserts: int = 0
     #: ``keys`` are the replica identity the rows carry (not a user's choice of key columns).
     replica_keys: bool = True
+    #: How many replica identities (distinct ``_key``) the batch's changes were made under; more
+    #: than one: the batch is applied in identity runs (see :mod:`.identity`).
+    identities: int = 1
+    #: The user's key columns for the table (``ApplyChanges.keys``), None: its replica identity.
+    user_keys: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +223,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
     return [
         F.count(F.lit(1)).alias("n"),
         F.max_by("_key", ordering).alias("key"),
+        F.size(F.collect_set("_key")).alias("identities"),
         F.max("_commit_lsn").alias("max_lsn"),
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
@@ -219,19 +234,24 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
 
 
 def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
+    from .identity import match_keys
+
     truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
                              key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
     replica = tuple(row["key"] or ())
+    chosen = match_keys(keys, replica, f"{table[0]}.{table[1]}")
     return BatchFacts(
         schema=table[0],
         table=table[1],
         rows=row["n"],
-        keys=tuple(keys) if keys is not None else replica,
+        keys=chosen,
         max_commit_lsn=row["max_lsn"],
         truncates=truncates,
         moved_unchanged=row["moved"],
         inserts=row["inserts"],
-        replica_keys=keys is None or set(keys) == set(replica),
+        replica_keys=set(chosen) == set(replica),
+        identities=row["identities"],
+        user_keys=tuple(keys) if keys is not None else None,
     )
 
 
@@ -763,6 +783,7 @@ def _apply_table(
     Delta writes go through ``spark`` (whose session settings carry the transaction id), which
     may be another session than ``batch_df``'s: tables applied in parallel each get one.
     """
+    from .identity import identity_runs, run_step
     from .progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
@@ -777,6 +798,9 @@ def _apply_table(
 
         rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
     fields = row_fields(batch_df)
+    columnless = not fields
+    if columnless:
+        rows, fields = with_row_marker(rows)
     names = [f.name for f in fields]
     missing = [k for k in facts.keys if k not in names]
     if missing:
@@ -785,16 +809,37 @@ def _apply_table(
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
-    idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name), batch_id, note)
-    with idempotence:
-        if mode == "scd1":
-            _apply_scd1(tgt, rows, facts, fields, dropped, idempotence)
-        else:
-            from .apply_scd2 import apply_scd2
+    # Changes made under different replica identities are matched each on its own, run by run.
+    for i, (part, part_facts) in enumerate(identity_runs(rows, facts)):
+        if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
+            part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
+        idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name, run_step(i)), batch_id, note)
+        with idempotence:
+            if mode == "scd1":
+                _apply_scd1(tgt, part, part_facts, fields, dropped, idempotence)
+            else:
+                from .apply_scd2 import apply_scd2
 
-            apply_scd2(tgt, rows, facts, fields)
+                apply_scd2(tgt, part, part_facts, fields)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
     return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn), record
+
+
+def with_row_marker(rows: DataFrame) -> tuple[DataFrame, list[StructField]]:
+    """The changes of a table without columns, with :data:`ROW_MARKER` as their one column: set
+    on every row an insert writes, and as the old row of every delete (one arrives only with
+    REPLICA IDENTITY FULL, whose old row of no columns is the marker row; an update cannot set
+    a column a table does not have). Not read from ``_old``: a struct of no fields did not
+    come through Spark's Arrow conversion as non-null for such deletes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField
+
+    marker = F.lit(True)
+    op = F.col("_op")
+    rows = rows.withColumn(ROW_MARKER, F.when(op.isin("I", "U"), marker)).withColumn(
+        "_old", F.when(op.isin("U", "D"), F.struct(marker.alias(ROW_MARKER)))
+    )
+    return rows, [StructField(ROW_MARKER, BooleanType(), True)]
 
 
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],

@@ -33,6 +33,7 @@ from delta.tables import DeltaTable
 
 from .apply import (
     END_AT,
+    VALIDITY_DDL,
     ORDER_COLUMNS,
     START_AT,
     BatchFacts,
@@ -175,12 +176,10 @@ def apply_scd2(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Seq
     """One MERGE that closes replaced versions and inserts the batch's new versions."""
     from pyspark.sql import functions as F
 
-    if not facts.keys:
-        raise ValueError(
-            f"{tgt.qualified}: SCD2 needs a key (primary key or replica identity index, or .keys(...)); "
-            "a table with REPLICA IDENTITY NOTHING can only be applied as SCD1 (append-only)"
-        )
     names = [f.name for f in fields]
+    if not facts.keys:
+        append_versions(tgt, rows, facts, names)
+        return
     keys = [key_column(i) for i in range(len(facts.keys))]
     v = versions(rows, facts, names, tgt).persist()
     try:
@@ -217,3 +216,48 @@ def apply_scd2(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Seq
         merge.execute()
     finally:
         v.unpersist()
+
+
+def append_versions(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, names: Sequence[str]) -> None:
+    """SCD2 of changes without a replica identity (NOTHING, DEFAULT without a primary key): each
+    insert opens a version; a truncate closes the versions current at that point.
+
+    PostgreSQL refuses updates and deletes of such a table while it is published for them, so
+    only inserts and truncates arrive (e.g. rows inserted before a primary key was added, or a
+    table whose identity became NOTHING); any update or delete that still arrives cannot be
+    matched and is dropped with a warning, as SCD1 does. One MERGE that matches nothing (``ON
+    false``): inserts are inserted with their end already known when a truncate of the batch
+    follows them, and the target's current versions are closed at the batch's first truncate.
+    """
+    import logging
+
+    from pyspark.sql import functions as F
+
+    from .apply import lsn_literal_order
+
+    dropped = rows.where(F.col("_op").isin("U", "D")).limit(1).count()
+    if dropped:
+        logging.getLogger(__name__).warning(
+            "%s: updates/deletes made without a replica identity cannot be matched: dropped", tgt.qualified
+        )
+    end = F.lit(None).cast(VALIDITY_DDL)
+    for t in reversed(facts.truncates):  # the first truncate after the insert closes its version
+        end = F.when(~lsn_literal_order(t.commit_lsn, t.seq), t.validity()).otherwise(end)
+    source = rows.where(F.col("_op") == "I").select(
+        validity_struct(F.col("_commit_lsn"), F.col("_commit_time")).alias(f"{_P}at"),
+        end.alias(f"{_P}end"),
+        *[F.col(quote(c)) for c in names],
+    )
+    merge = (
+        DeltaTable.forPath(tgt.spark, tgt.path)
+        .alias("t")
+        .merge(source.alias("s"), "false")
+        .whenNotMatchedInsert(
+            values={**{quote(c): ref("s", c) for c in names}, quote(START_AT): f"s.{_P}at", quote(END_AT): f"s.{_P}end"}
+        )
+    )
+    if facts.truncates:
+        merge = merge.whenNotMatchedBySourceUpdate(
+            condition=f"{ref('t', END_AT)} IS NULL", set={quote(END_AT): facts.truncates[0].validity_sql()}
+        )
+    merge.execute()

@@ -260,14 +260,18 @@ def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]
         " a.atttypmod FROM pg_publication_tables t"
         " JOIN pg_namespace n ON n.nspname = t.schemaname"
         " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
-        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
-        f" WHERE t.pubname = ANY(%s) AND {column_filter}"  # constant chosen by server version
+        # LEFT JOIN: a table without columns (CREATE TABLE t (), attnames NULL) is still published
+        " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+        f" AND {column_filter}"  # constant chosen by server version
+        " WHERE t.pubname = ANY(%s)"
         " ORDER BY 1, 2, 3"
     )
     rows = conn.execute(query, (list(publications),)).fetchall()
     shapes: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
     for schema, table, _attnum, name, oid, typmod in rows:
-        shapes.setdefault((schema, table), []).append((name, int(oid), int(typmod)))
+        columns = shapes.setdefault((schema, table), [])
+        if name is not None:
+            columns.append((name, int(oid), int(typmod)))
     return [TableShape(s, t, tuple(cols)) for (s, t), cols in shapes.items()]
 
 

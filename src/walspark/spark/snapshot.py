@@ -129,6 +129,8 @@ class TablePlan:
     #: The publication's row filter (the server's deparsed expression, ORed over publications),
     #: applied to every relation's COPY; None copies every row.
     row_filter: str | None = None
+    #: A table without columns: its row count in the snapshot (copied as that many marker rows).
+    columnless_rows: int | None = None
 
     @property
     def qualified(self) -> str:
@@ -247,9 +249,6 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
         else:
             cols = conn.execute(_column_query(major, False), (rel.oid,)).fetchall()
         columns = [(str(n), int(t), int(m)) for n, t, m in cols]
-        if not columns:
-            log.warning("%s publishes no column; skipped", rel.qualified)
-            continue
         if rel.relkind == "p":
             leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (rel.oid,)).fetchall()]
         else:
@@ -259,6 +258,8 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
         plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter))
+        if not columns:  # PostgreSQL replicates the row count of a table without columns
+            plans[-1].columnless_rows = _count_rows(conn, relations, rel.row_filter)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
     # values match what the text-mode stream gives for a type walspark does not know.
     catalog = _catalog_rows(conn)
@@ -269,6 +270,19 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
     for p in plans:
         p.binary = all(registry.is_known(oid) for _, oid, _ in p.columns)
     return plans
+
+
+def _count_rows(conn: Any, relations: Sequence[Relation], row_filter: str | None = None) -> int:
+    """Rows of these relations (each ``ONLY``, passing the publication's row filter), in the
+    connection's snapshot."""
+    from psycopg import sql
+
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")  # the server's own text
+    return sum(
+        conn.execute(sql.SQL("SELECT count(*) FROM ONLY {}.{}{}").format(sql.Identifier(r.schema),
+                                                                        sql.Identifier(r.table), where)).fetchone()[0]
+        for r in relations
+    )  # fmt: skip
 
 
 def _catalog_rows(conn: Any) -> list[list[Any]]:
@@ -519,11 +533,17 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
 
     ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
     and its rows one atomic Delta commit: a failed job leaves the previous version in place.
+    A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     """
-    source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
-                                ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition,
-                                row_filter=plan.row_filter)
-    df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
+    if plan.columnless_rows is not None:
+        from .apply import ROW_MARKER, quote
+
+        df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
+    else:
+        source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns,
+                                    binary=plan.binary, ranges=plan.ranges, catalog=catalog,
+                                    fail_partition=fail_partition, row_filter=plan.row_filter)
+        df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())

@@ -1,0 +1,122 @@
+"""Which columns match a change to its target row: the replica identity in force when it was made.
+
+A change can only be matched on what it carries: a delete (and an update that changed the key)
+sends the old row's *replica identity* columns — the key flags of the Relation message in force
+when the change was made, which every change row carries as ``_key``. When the identity of a
+table changes (``REPLICA IDENTITY USING INDEX`` another index, FULL ↔ DEFAULT, a primary key
+added, dropped or moved, NOTHING), changes made before and after the change carry different
+columns, and a batch holding both (a backlog applied in one run) cannot be folded on one key:
+a delete made under the old identity has no value for the new key columns.
+
+So a table's batch is split at each change of ``_key`` into *identity runs*, consecutive in the
+change order ``(_commit_lsn, _seq)``, and each run is applied on its own identity, in order:
+
+- a key identity (primary key, unique index) is folded and merged on its key columns;
+- FULL (every published column is flagged) is applied as a multiset of whole rows;
+- no identity (NOTHING, or DEFAULT without a primary key; PostgreSQL then refuses updates and
+  deletes) is appended.
+
+This is exact because the target mirrors the source as of the start of each run (the runs
+before it are applied first), and *any* replica identity of the source identifies rows of the
+source at that point: there is no fixed "target key" — a FULL run matches whole rows, the
+next key run matches on its key (unique by then: PostgreSQL enforces it), whatever the target's
+history. Clean runs follow from PostgreSQL's locking: ``ALTER TABLE … REPLICA IDENTITY``,
+``ADD``/``DROP CONSTRAINT`` take an ACCESS EXCLUSIVE lock, so no transaction that wrote under the
+old identity commits after the change.
+
+User keys (``ApplyChanges.keys``) are used where the run's changes carry them: a run whose
+identity covers them (FULL covers every column) or has none (only inserts arrive). A run under
+an identity that does not cover them is matched on its identity instead, with a warning: its
+deletes carry only the identity's columns, so the user's would match nothing.
+
+SCD2 histories follow the same runs: a run closes the current versions the next run replaces,
+matched on the next run's identity. (A transaction that changed a row both before and after an
+identity change — ``ALTER TABLE … REPLICA IDENTITY`` inside it — gets two versions at the same
+commit, the first one empty: ``[lsn, lsn)``.)
+
+Each run is one Delta commit with its own transaction id (``<app>/<schema>.<table>#identity<i>``
+for runs after the first), so a batch replayed after a crash between runs skips the runs that
+committed and applies the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from .apply import BatchFacts
+
+log = logging.getLogger(__name__)
+
+
+def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -> tuple[str, ...]:
+    """The columns a run of changes is matched on: the user's keys where the changes carry them,
+    else the replica identity (see the module docstring)."""
+    if user is None:
+        return tuple(replica)
+    if not replica or set(user) <= set(replica):
+        return tuple(user)
+    log.warning(
+        "%s: keys %s are not all in the replica identity %s the changes carry: matched on the replica "
+        "identity instead (deletes carry only its columns)", table, list(user), list(replica),
+    )  # fmt: skip
+    return tuple(replica)
+
+
+def run_step(index: int) -> str:
+    """The transaction-id step of the ``index``-th identity run of a batch ("" for the first, so a
+    batch of one identity keeps the table's plain transaction id)."""
+    return f"identity{index}" if index else ""
+
+
+def _at_or_after(commit_lsn: int, seq: int) -> Column:
+    from pyspark.sql import functions as F
+
+    c, s = F.col("_commit_lsn"), F.col("_seq")
+    return (c > commit_lsn) | ((c == commit_lsn) & (s >= seq))
+
+
+def run_starts(rows: DataFrame) -> list[tuple[int, int]]:
+    """``(_commit_lsn, _seq)`` of the first change of each identity run, in order.
+
+    A window over the table's whole batch (one partition): run only for the rare batch that holds
+    more than one identity (:attr:`BatchFacts.identities`), on three narrow columns.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = Window.orderBy("_commit_lsn", "_seq")
+    prev = F.lag("_key").over(order)
+    starts = (
+        rows.select("_commit_lsn", "_seq", "_key", prev.alias("__ws_prev"))
+        .where(~F.col("_key").eqNullSafe(F.col("__ws_prev")))
+        .select("_commit_lsn", "_seq")
+        .collect()
+    )
+    return sorted((r[0], r[1]) for r in starts)
+
+
+def identity_runs(rows: DataFrame, facts: BatchFacts) -> list[tuple[DataFrame, BatchFacts]]:
+    """The batch split into identity runs, each with its own facts (keys, truncates, counts)."""
+    from .apply import batch_facts
+
+    if facts.identities <= 1:
+        return [(rows, facts)]
+    starts = run_starts(rows)
+    out = []
+    table = (facts.schema, facts.table)
+    for i, start in enumerate(starts):
+        part = rows.where(_at_or_after(*start))
+        if i + 1 < len(starts):
+            part = part.where(~_at_or_after(*starts[i + 1]))
+        part_facts = batch_facts(part, table, facts.user_keys)
+        if part_facts is not None:
+            out.append((part, replace(part_facts, identities=1)))
+    log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
+             facts.schema, facts.table, len(out))  # fmt: skip
+    return out
