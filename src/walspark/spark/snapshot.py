@@ -126,6 +126,7 @@ class TablePlan:
     binary: bool
     relations: list[Relation]
     ranges: list[CtidRange] = field(default_factory=list)
+    attnums: dict[str, int] = field(default_factory=dict)  # column -> pg_attribute.attnum (evolution.py)
 
     @property
     def qualified(self) -> str:
@@ -213,7 +214,7 @@ SELECT p.relid::oid::int8 FROM pg_partition_tree(%s) p JOIN pg_class c ON c.oid 
 def _column_query(major: int, with_names: bool) -> str:
     generated = " AND a.attgenerated = ''" if major >= 12 and not with_names else ""
     names = " AND a.attname = ANY(%s)" if with_names else ""
-    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod FROM pg_attribute a"
+    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnum FROM pg_attribute a"
             " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
             " ORDER BY a.attnum")
 
@@ -241,7 +242,7 @@ def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
             cols = conn.execute(_column_query(major, True), (oid, list(names))).fetchall()
         else:
             cols = conn.execute(_column_query(major, False), (oid,)).fetchall()
-        columns = [(str(n), int(t), int(m)) for n, t, m in cols]
+        columns = [(str(n), int(t), int(m)) for n, t, m, _ in cols]
         if not columns:
             log.warning("%s.%s publishes no column; skipped", schema, table)
             continue
@@ -253,7 +254,7 @@ def publication_tables(conn: Any, publication: str) -> list[TablePlan]:
         for leaf in leaf_oids:
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
-        plans.append(TablePlan(schema, table, columns, True, relations))
+        plans.append(TablePlan(schema, table, columns, True, relations, attnums={str(n): int(a) for n, _, _, a in cols}))
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
     # values match what the text-mode stream gives for a type walspark does not know.
     catalog = _catalog_rows(conn)
@@ -520,7 +521,11 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
+    from .evolution import ATTNUMS_PROPERTY, ColumnIds, sql_string
+
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    if plan.attnums:  # each column's identity, so that later DDL is followed by attnum
+        props += f", {sql_string(ATTNUMS_PROPERTY)} = {sql_string(ColumnIds(plan.attnums, {}).to_json())}"
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
     started = time.monotonic()
