@@ -229,9 +229,9 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
     if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
         raise SchemaStuckError(
             f"cannot get past the schema change in the transaction ending at {format_lsn(barrier.end_lsn)} "
-            f"({barrier.line()}): its changes do not fit one schema. Copy the tables again with "
-            f"'walspark snapshot --redo --slot {settings.slot} --target {settings.target} ...', which starts "
-            "streaming after the change"
+            f"({barrier.line()}): its changes do not fit one schema. Start over from a new snapshot: drop the "
+            f"slot ('walspark slot drop --slot {settings.slot}') and run into a new --target, which copies the "
+            "tables as they are now"
         )
     return barrier
 

@@ -42,6 +42,10 @@ __all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable
 
 log = logging.getLogger(__name__)
 
+#: What the user can do about a change whose effect on existing rows is not streamed.
+RESNAPSHOT = ("Start over from a new snapshot: drop the slot ('walspark slot drop --slot <slot>') and run into a new "
+              "--target, which copies the tables as they are now")
+
 #: The table property holding ``{column: attnum}`` of a target table.
 ATTNUMS_PROPERTY = "walspark.attnums"
 
@@ -214,8 +218,7 @@ class TargetTable:
                         f"{self.qualified}: column {f.name!r} changed from {current[f.name].dataType.simpleString()} "
                         f"to {f.dataType.simpleString()} (ALTER COLUMN TYPE): PostgreSQL rewrote the existing rows "
                         f"without streaming them, and the Delta table at {self.path} cannot convert them exactly; "
-                        "other tables keep going. Copy the tables again with 'walspark snapshot --redo' (or cast "
-                        "the column in PostgreSQL back to a type that widens to the old one)"
+                        f"other tables keep going. {RESNAPSHOT}"
                     )
                 if change is not None:
                     widened.append((f.name, change))
@@ -269,7 +272,7 @@ def _plan(fields: Sequence[StructField], current: dict[str, StructField], ids: C
         holder = holders.get(n)
         if holder == f.name:
             continue
-        if f.name in current and attnums.get(f.name) is None and holder is None:
+        if f.name in current and not attnums:
             plan.ids.attnums[f.name] = n  # a table from before attnums were recorded: same name, same column
             continue
         if f.name in current:  # an older column of that name (dropped since, or renamed away)
@@ -401,8 +404,7 @@ def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
         raise SchemaEvolutionError(
             f"{tgt.qualified}: column(s) {', '.join(map(repr, rewritten))} were added with a default that PostgreSQL "
             "computed for every existing row by rewriting the table (a volatile default, a generated column, or "
-            "another ALTER in the same statement), which is not streamed; other tables keep going. Copy the "
-            "tables again with 'walspark snapshot --redo'"
+            f"another ALTER in the same statement), which is not streamed; other tables keep going. {RESNAPSHOT}"
         )
     if plan.drops:
         log.warning("%s: dropping columns %s (dropped and added again in PostgreSQL)", tgt.qualified, plan.drops)
