@@ -51,8 +51,8 @@ STEPS: list[tuple[str, str]] = [
     ("update as delete + insert", "UPDATE tab1 SET a = 1 WHERE a = 0; UPDATE tab1 SET a = 4 WHERE a = 1;"
                                   "UPDATE tab4 SET a = 1 WHERE a = 2"),
     ("delete", "DELETE FROM tab1 WHERE a IN (2, 3, 5); DELETE FROM tab1_2; DELETE FROM tab4_1_1 WHERE a = -1"),
-    ("truncate a partition", "INSERT INTO tab1 VALUES (1, 'one'), (2, 'two'), (5, 'five'), (10, 'ten');"
-                             "TRUNCATE tab1_2; TRUNCATE tab4_1"),
+    ("insert before truncate", "INSERT INTO tab1 VALUES (1, 'one'), (2, 'two'), (5, 'five'), (10, 'ten')"),
+    ("truncate a partition", "TRUNCATE tab1_2; TRUNCATE tab4_1"),
     ("truncate the root", "TRUNCATE tab1, tab4"),
     ("changes after truncate", "INSERT INTO tab1 VALUES (1, 'foo'), (4, 'bar'), (10, 'baz');"
                                "UPDATE tab1 SET b = 'quux' WHERE a = 4; DELETE FROM tab1 WHERE a = 1;"

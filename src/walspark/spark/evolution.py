@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 RESNAPSHOT = ("Start over from a new snapshot: drop the slot ('walspark slot drop --slot <slot>') and run into a new "
               "--target, which copies the tables as they are now")
 
+#: The attnum recorded for a column added from an older stream shape (which has none): a later
+#: catalog column of that name is another column, never this one.
+UNKNOWN_ATTNUM = 0
+
 #: The table property holding ``{column: attnum}`` of a target table.
 ATTNUMS_PROPERTY = "walspark.attnums"
 
@@ -262,32 +266,37 @@ class _Plan:
 def _plan(fields: Sequence[StructField], current: dict[str, StructField], ids: ColumnIds) -> _Plan:
     attnums = ids.attnums
     holders = {n: name for name, n in attnums.items() if name in current}
-    plan = _Plan([], [], [], ColumnIds({name: n for name, n in attnums.items() if name in current},
-                                       dict(ids.renamed)))
+    plan = _Plan([], [], [], ColumnIds({}, dict(ids.renamed)))
+    moved: set[str] = set()  # Delta columns renamed away or dropped
     for f in fields:
         n = (f.metadata or {}).get(ATTNUM_KEY)
-        if n is None:
+        if n is None:  # a column of an older stream shape: identity unknown (0), matched by name
+            if f.name not in current and f.name not in ids.renamed:
+                plan.ids.attnums[f.name] = UNKNOWN_ATTNUM
             continue
         n = int(n)
+        plan.ids.attnums[f.name] = n
         holder = holders.get(n)
-        if holder == f.name:
-            continue
-        if f.name in current and not attnums:
-            plan.ids.attnums[f.name] = n  # a table from before attnums were recorded: same name, same column
-            continue
+        if holder == f.name or (f.name in current and f.name not in attnums):
+            continue  # the same column (one from before attnums were recorded: by name)
         if f.name in current:  # an older column of that name (dropped since, or renamed away)
             plan.drops.append(f.name)
-            plan.ids.attnums.pop(f.name, None)
         if holder is not None:  # renamed in PostgreSQL
             plan.renames.append((holder, f.name))
-            plan.ids.attnums.pop(holder, None)
             plan.ids.renamed[holder] = f.name
+            moved.add(holder)
         else:
             plan.added.append(f)
-        plan.ids.attnums[f.name] = n
-        plan.ids.renamed.pop(f.name, None)
-    renamed = {old for old, _ in plan.renames}  # a column renamed away is not dropped
-    plan.drops = [d for d in plan.drops if d not in renamed]
+    plan.drops = [d for d in plan.drops if d not in moved]  # a column renamed away is not dropped
+    moved.update(plan.drops)
+    for name, n in attnums.items():  # Delta columns the batch does not name keep their identity
+        if name in current and name not in moved and name not in plan.ids.attnums:
+            plan.ids.attnums[name] = n
+    for f in fields:  # an older-shape column already in the table keeps what it had
+        if ATTNUM_KEY not in (f.metadata or {}) and f.name in attnums and f.name not in moved:
+            plan.ids.attnums.setdefault(f.name, attnums[f.name])
+    for name in plan.ids.attnums:
+        plan.ids.renamed.pop(name, None)
     return plan
 
 
@@ -360,6 +369,14 @@ def _alias_rows(rows: DataFrame, aliases: dict[str, str]) -> DataFrame:
     return out
 
 
+def _settled(field: StructField, ids: ColumnIds) -> bool:
+    """The table already has this batch column as the batch means it (nothing to plan)."""
+    n = (field.metadata or {}).get(ATTNUM_KEY)
+    if n is None:
+        return field.name in ids.attnums or field.name in ids.renamed
+    return ids.attnums.get(field.name) == int(n)
+
+
 def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
                known: dict[str, Any] | None = None) -> tuple[DataFrame, list[StructField]]:
     """Make the Delta table's columns the batch's by identity (see the module docstring).
@@ -374,8 +391,7 @@ def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
         return rows, fields  # no catalog facts (a capture, a hand-made frame): columns match by name
     key = f"{tgt.path}\0ids"
     ids = known.get(key) if known is not None else None
-    if ids is None or not all(ids.attnums.get(f.name) == int(f.metadata[ATTNUM_KEY])
-                              for f in fields if ATTNUM_KEY in (f.metadata or {})):
+    if ids is None or not all(_settled(f, ids) for f in fields):
         if not tgt.exists():
             return rows, fields  # created with the batch's columns and their attnums
         ids = _follow(tgt, fields)
