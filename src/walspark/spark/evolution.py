@@ -221,8 +221,8 @@ class TargetTable:
                     raise SchemaEvolutionError(
                         f"{self.qualified}: column {f.name!r} changed from {current[f.name].dataType.simpleString()} "
                         f"to {f.dataType.simpleString()} (ALTER COLUMN TYPE): PostgreSQL rewrote the existing rows "
-                        f"without streaming them, and the Delta table at {self.path} cannot convert them exactly; "
-                        f"other tables keep going. {RESNAPSHOT}"
+                        "without streaming them, and Delta cannot convert them exactly; other tables keep going. "
+                        f"{RESNAPSHOT}"
                     )
                 if change is not None:
                     widened.append((f.name, change))
