@@ -227,9 +227,10 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
 
     barrier = read_barrier(settings.staging)
     if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
+        reasons = "; ".join(sorted({f"table {t}: {r}" for t, r in (*previous.reasons, *barrier.reasons)}))
         raise SchemaStuckError(
             f"cannot get past the schema change in the transaction ending at {format_lsn(barrier.end_lsn)} "
-            f"({barrier.line()}): its changes do not fit one schema. Start over from a new snapshot: drop the "
+            f"({reasons}): its changes do not fit one schema. Start over from a new snapshot: drop the "
             f"slot ('walspark slot drop --slot {settings.slot}') and run into a new --target, which copies the "
             "tables as they are now"
         )

@@ -345,6 +345,13 @@ def _fill_missing(tgt: TargetTable, columns: Sequence[StructField]) -> None:
      .whenMatchedUpdate(set={quote(f.name): f"s.v{i}" for i, f in enumerate(columns)}).execute())
 
 
+def _renamed(old: str, new: str):  # type: ignore[no-untyped-def]
+    """A one-argument function for ``F.transform``: the element ``old`` becomes ``new``."""
+    from pyspark.sql import functions as F
+
+    return lambda x: F.when(x == F.lit(old), F.lit(new)).otherwise(x)
+
+
 def _alias_rows(rows: DataFrame, aliases: dict[str, str]) -> DataFrame:
     """Fold columns still named as before a rename into their new name (a row has only one of them)."""
     from pyspark.sql import functions as F
@@ -352,8 +359,7 @@ def _alias_rows(rows: DataFrame, aliases: dict[str, str]) -> DataFrame:
     out = rows
     for old, new in aliases.items():
         out = out.withColumn(new, F.coalesce(F.col(quote(new)), F.col(quote(old)))).drop(old)
-        out = out.withColumn("_unchanged", F.transform("_unchanged", lambda x, o=old, n=new: F.when(x == o, n)
-                                                       .otherwise(x)))
+        out = out.withColumn("_unchanged", F.transform("_unchanged", _renamed(old, new)))
     if "_old" in rows.columns and aliases:
         old_fields = [f.name for f in rows.schema["_old"].dataType.fields]  # type: ignore[attr-defined]
         parts = []
