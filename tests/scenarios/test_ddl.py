@@ -8,6 +8,11 @@ equal what the publication publishes (tests/scenarios/support.py). A change Post
 existing rows without streaming them (a table rewrite: ALTER COLUMN TYPE to an unrelated type, a
 column added with a volatile default) must stop the run with one line naming the table, the
 change and what to do — and a second run must say the same at once.
+
+pgoutput sends no DDL: a table's new shape reaches the target with its next change (the Relation
+message before it), exactly as a PostgreSQL subscriber learns of it. So a step that alters a
+published column also changes a row of the table, or the oracle would compare the target with a
+shape it cannot have seen yet.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ def test_drop_and_add_again_with_another_type(spark, pg18_dsn, tmp_path, backlog
         "UPDATE t SET b = 'old' WHERE id <= 3",
         "ALTER TABLE t DROP COLUMN b",
         "UPDATE t SET a = 100 WHERE id = 4",
-        "ALTER TABLE t ADD COLUMN b int",
+        "ALTER TABLE t ADD COLUMN b int; UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET b = id * 10 WHERE id IN (1, 4); INSERT INTO t VALUES (9, 9, 90)",
     ], backlog)
 
@@ -99,7 +104,7 @@ def test_drop_and_add_again_with_another_type(spark, pg18_dsn, tmp_path, backlog
 def test_rename_column(spark, pg18_dsn, tmp_path, backlog):
     _workload(spark, pg18_dsn, tmp_path, [
         "UPDATE t SET b = 'before' WHERE id <= 2; INSERT INTO t VALUES (7, 7, 'seven')",
-        "ALTER TABLE t RENAME COLUMN b TO c",
+        "ALTER TABLE t RENAME COLUMN b TO c; UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET c = 'after' WHERE id IN (2, 3); INSERT INTO t VALUES (8, 8, 'eight'); DELETE FROM t WHERE id = 1",
     ], backlog)
 
@@ -110,7 +115,8 @@ def test_add_column_with_a_constant_default(spark, pg18_dsn, tmp_path, backlog):
     inserted before the ALTER but applied in the same run holds it too."""
     _workload(spark, pg18_dsn, tmp_path, [
         "INSERT INTO t VALUES (7, 7, 'seven'); UPDATE t SET a = 0 WHERE id = 1",
-        "ALTER TABLE t ADD COLUMN d int DEFAULT 42, ADD COLUMN e text DEFAULT 'e''s', ADD COLUMN f int",
+        "ALTER TABLE t ADD COLUMN d int DEFAULT 42, ADD COLUMN e text DEFAULT 'e''s', ADD COLUMN f int;"
+        "UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET d = 1, f = 1 WHERE id = 2; INSERT INTO t (id, a) VALUES (8, 8); INSERT INTO t VALUES (9, 9, 'n', 9)",
     ], backlog)
 
