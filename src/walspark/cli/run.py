@@ -10,9 +10,12 @@ the slot only after the sink returned (``commit(end)``), the sink's MERGEs are i
 batch, and the checkpoint lives under ``<target>/_walspark/`` — so a kill at any point and a
 restart leave the target equal to the source at some commit.
 
-A schema change (a column added or retyped, a table joining the publication) ends the query
-with ``SchemaChangedError`` once every earlier change is delivered; ``run`` restarts the query,
-which reads the new shape from the catalog, and the sink evolves the Delta table.
+A schema change (a column added, dropped, renamed or retyped, a table joining the publication)
+ends the query with ``SchemaChangedError`` once every earlier change is delivered; ``run``
+restarts the query, which declares the catalog's shape and the stream's (docs/design/pipeline.md
+§4), and the sink evolves the Delta table. Each restart must get past the transaction that
+stopped the previous query; one that stops at the same transaction again cannot, and ``run``
+ends with one line saying which table, which change, and what to do — never a restart loop.
 """
 
 from __future__ import annotations
@@ -31,8 +34,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Restarts after schema changes before ``run`` gives up (a loop would mean a bug, not DDL).
-MAX_SCHEMA_RESTARTS = 20
+#: Restarts after schema changes before ``run`` gives up. Each restart passes at least one
+#: transaction (else ``run`` stops at once, see :class:`SchemaStuckError`), so this only bounds a
+#: backlog with very many DDL statements in one ``run`` invocation; the next run goes on.
+MAX_SCHEMA_RESTARTS = 1000
+
+
+class SchemaStuckError(RuntimeError):
+    """A schema change the pipeline cannot get past: the restarted query stopped at the same place."""
 
 
 @dataclass
@@ -169,7 +178,10 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
     """Start the streaming query, again after each schema change; returns how many were started."""
     from pyspark.errors import StreamingQueryException
 
+    from walspark.spark.shapes import read_barrier
+
     starts = 0
+    barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     while True:
         starts += 1
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
@@ -190,7 +202,9 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             query.awaitTermination()
         except StreamingQueryException as exc:
             if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
-                say("schema changed in the source: restarting the query with the new shape")
+                barrier = _check_progress(settings, barrier)
+                say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): restarting the "
+                    "query with the new shape")
                 continue
             raise
         except KeyboardInterrupt:
@@ -198,6 +212,29 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             query.stop()
             return starts
         return starts
+
+
+def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped-def]
+    """The barrier the query just stopped at; :class:`SchemaStuckError` if it is where the last one was.
+
+    The stager records every shape of the stopping transaction that did not fit, and the next
+    query declares them, so a restart that stops before the same transaction again would do so
+    for ever: the shapes cannot share one schema (a column with two incompatible types inside one
+    transaction, say). Stop with what the user can do instead.
+    """
+    from walspark.protocol import format_lsn
+    from walspark.spark.shapes import read_barrier
+
+    barrier = read_barrier(settings.staging)
+    if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
+        reasons = "; ".join(sorted({f"table {t}: {r}" for t, r in (*previous.reasons, *barrier.reasons)}))
+        raise SchemaStuckError(
+            f"cannot get past the schema change in the transaction ending at {format_lsn(barrier.end_lsn)} "
+            f"({reasons}): its changes do not fit one schema. Start over from a new snapshot: drop the "
+            f"slot ('walspark slot drop --slot {settings.slot}') and run into a new --target, which copies the "
+            "tables as they are now"
+        )
+    return barrier
 
 
 @cli.command("run")

@@ -29,11 +29,11 @@ warning; updates and deletes that still arrive are dropped and logged. A batch w
 were made under several replica identities (the identity changed within it) is applied in
 identity runs, each matched on its own identity, one commit each (:mod:`.identity`).
 
-Schema evolution: new columns are added, columns missing from the batch stay in the Delta table
-(NULL in rows inserted or updated from then on), integral/float/decimal types widen with Delta
-type widening, anything else raises :class:`SchemaEvolutionError` for that table only. A
-PostgreSQL ``RENAME COLUMN`` therefore shows as a new column (the new name) and an old one that
-stops being filled. Delta tables are created with column mapping (``name`` mode), so any
+Schema evolution (:mod:`.evolution`): columns follow PostgreSQL's DDL by identity (attnum) —
+renames, drops and re-adds, new columns with their missing value; columns missing from the
+batch stay in the Delta table (NULL in rows inserted or updated from then on); integral/float/
+decimal types widen with Delta type widening; anything else raises :class:`SchemaEvolutionError`
+for that table only. Delta tables are created with column mapping (``name`` mode), so any
 PostgreSQL identifier keeps its name; SQL text here always backquotes identifiers, and refers to
 values by position, never by splicing names into string literals.
 """
@@ -56,7 +56,8 @@ if TYPE_CHECKING:
 
     from .progress import ProgressRow
 
-from .tables import TABLE_PROPERTIES, table_path
+from .evolution import SchemaEvolutionError, TargetTable, _widening, follow_ddl  # noqa: F401 (re-exported)
+from .tables import quote, table_path
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +92,8 @@ _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-class SchemaEvolutionError(RuntimeError):
-    """A source column changed in a way the Delta table cannot follow safely."""
-
-
 # ---------------------------------------------------------------------------------------------
 # SQL-expression helpers (shared by SCD1 and SCD2)
-
-
-def quote(name: str) -> str:
-    """A Spark SQL identifier for any name: backquoted, inner backquotes doubled."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def ref(alias: str, name: str) -> str:
@@ -452,140 +444,6 @@ def append_only(changes: DataFrame, names: Sequence[str]) -> DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------
-# Target tables: creation and schema evolution
-
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
-_FLOATING = ("float", "double")
-
-
-def _widening(source: DataType, target: DataType) -> DataType | None | Literal[False]:
-    """How the target column must change to take ``source`` values.
-
-    None: as is (same type, or the target is wider and values cast up on write); a DataType: the
-    target must widen to it; False: incompatible.
-    """
-    from pyspark.sql.types import DecimalType
-
-    s, t = source.simpleString(), target.simpleString()
-    if s == t:
-        return None
-    for ladder in (_INTEGRAL, _FLOATING):
-        if s in ladder and t in ladder:
-            return source if ladder.index(s) > ladder.index(t) else None
-    if s in _INTEGRAL[:3] and t == "double":
-        return None
-    if isinstance(source, DecimalType) and isinstance(target, DecimalType):
-        scale = max(source.scale, target.scale)
-        digits = max(source.precision - source.scale, target.precision - target.scale)
-        if digits + scale > 38:
-            return False
-        wide = DecimalType(digits + scale, scale)
-        return None if wide == target else wide
-    if s in _INTEGRAL and isinstance(target, DecimalType):
-        return None if target.precision - target.scale >= {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[s] else False
-    return False
-
-
-@dataclass(slots=True)
-class TargetTable:
-    """One Delta table of the target: created with column mapping, evolved to fit each batch."""
-
-    spark: SparkSession
-    path: str
-    qualified: str
-
-    @property
-    def sql_name(self) -> str:
-        return f"delta.{quote(self.path)}"
-
-    def exists(self) -> bool:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(self.spark, self.path)
-
-    def create(self, fields: Iterable[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> None:
-        from delta.tables import DeltaTable
-
-        builder = DeltaTable.createIfNotExists(self.spark).location(self.path)
-        for f in fields:
-            builder = builder.addColumn(f.name, f.dataType, nullable=True)
-        for name, ddl in extra_ddl:
-            builder = builder.addColumn(name, ddl, nullable=True)
-        for k, v in TABLE_PROPERTIES.items():
-            builder = builder.property(k, v)
-        builder.execute()
-
-    def columns(self) -> list[StructField]:
-        from delta.tables import DeltaTable
-
-        return list(DeltaTable.forPath(self.spark, self.path).toDF().schema.fields)
-
-    def evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]] = (),
-               known: dict[str, dict[str, DataType | None]] | None = None) -> list[str]:  # fmt: skip
-        """Make the table fit the batch's columns; returns the table's columns the batch lacks.
-
-        Checks every column before changing anything, so an incompatible change leaves the table
-        as it was. ``known`` (path → column → type; None for the validity columns) remembers
-        the table's columns between batches: a batch whose columns the table already takes is
-        answered from it without reading the Delta log (the sink that owns it is the only one
-        changing the schemas of its tables while it runs).
-        """
-        extra = {name for name, _ in extra_ddl}
-        present = {f.name for f in fields}
-        cached = known.get(self.path) if known is not None else None
-        if cached is not None and extra <= cached.keys() and all(
-            cached.get(f.name) is not None and _widening(f.dataType, cached[f.name]) is None  # type: ignore[arg-type]
-            for f in fields
-        ):
-            return [name for name in cached if name not in present and name not in extra]
-        schema = self._evolve(fields, extra_ddl)
-        if known is not None:
-            known[self.path] = schema
-        return [name for name in schema if name not in present and name not in extra]
-
-    def _evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]]) -> dict[str, DataType | None]:
-        """:meth:`evolve` against the Delta table; returns its columns afterwards."""
-        if not self.exists():
-            self.create(fields, extra_ddl)
-            return {**{f.name: f.dataType for f in fields}, **{name: None for name, _ in extra_ddl}}
-        current = {f.name: f for f in self.columns()}
-        added = [f for f in fields if f.name not in current]
-        widened: list[tuple[str, DataType]] = []
-        for f in fields:
-            if f.name in current:
-                change = _widening(f.dataType, current[f.name].dataType)
-                if change is False:
-                    raise SchemaEvolutionError(
-                        f"{self.qualified}: column {f.name!r} changed from {current[f.name].dataType.simpleString()} "
-                        f"to {f.dataType.simpleString()}, which the Delta table at {self.path} cannot widen to; "
-                        "other tables keep going. Re-snapshot this table into a new target, or cast the column "
-                        "in PostgreSQL to a compatible type"
-                    )
-                if change is not None:
-                    widened.append((f.name, change))
-        if widened:
-            self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
-            for name, dtype in widened:
-                log.warning("%s: widening column %r to %s", self.qualified, name, dtype.simpleString())
-                self.spark.sql(f"ALTER TABLE {self.sql_name} ALTER COLUMN {quote(name)} TYPE {dtype.simpleString()}")
-        # Validity columns too: an SCD2 table may start from a snapshot's plain copy.
-        new_cols = [(f.name, f.dataType.simpleString()) for f in added]
-        new_cols += [(name, ddl) for name, ddl in extra_ddl if name not in current]
-        if new_cols:
-            log.warning("%s: adding columns %s", self.qualified, [name for name, _ in new_cols])
-            cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in new_cols)
-            self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
-        extra = {name for name, _ in extra_ddl}
-        schema: dict[str, DataType | None] = {
-            name: None if name in extra else f.dataType for name, f in current.items()
-        }
-        schema.update(widened)
-        schema.update({f.name: f.dataType for f in added})
-        schema.update({name: None for name, _ in extra_ddl if name not in current})
-        return schema
-
-
-# ---------------------------------------------------------------------------------------------
 # Exactly once
 
 
@@ -806,6 +664,7 @@ def _apply_table(
     if missing:
         raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
     tgt = TargetTable(spark, path, f"{schema}.{name}")
+    rows, fields = follow_ddl(tgt, rows, fields, known)  # renames, drops and re-adds, new columns' old rows
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
@@ -1056,7 +915,7 @@ def table_changes(df: DataFrame, schema: str, table: str) -> DataFrame:
     fields = df.schema[name].dataType.fields
     return df.where(mine).select(
         *ENVELOPE_COLUMNS,
-        *[new.getField(f.name).alias(f.name) for f in fields],
+        *[new.getField(f.name).alias(f.name, metadata=f.metadata) for f in fields],
         F.col(quote(name + OLD_SUFFIX)).alias("_old"),
         "_unchanged",
     )

@@ -70,7 +70,7 @@ class TaskDecoder:
         self.relations = RelationCache()
         self.builder = ChangeRowBuilder(config.protocol_version, relations=self.relations, registry=self.registry,
                                         binary=config.binary)
-        self.shaper = OutputShaper(schema, table)
+        self.shaper = OutputShaper(schema, table, self.registry)
         self.table = table
         self.chunk_rows = chunk_rows
         self._names: dict[int, str] = {}  # relation id -> qualified name, for per-table filtering

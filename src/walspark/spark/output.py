@@ -7,6 +7,12 @@ maps each batch onto it: flattening ``_new`` (per-table layout) or placing the s
 table's column pair (all-tables layout), filling declared columns the Relation lacks with
 nulls, widening types where the declared one is wider, and renaming list fields the way Spark's
 Arrow conversion names them. Columns are moved, never converted row by row.
+
+A declared column that a row's Relation lacks is null — unless the catalog gave it a *missing
+value* (``ALTER TABLE ... ADD COLUMN ... DEFAULT <constant>``: PostgreSQL stores the default
+once, in ``pg_attribute.attmissingval``, and every row that existed then holds it without
+being rewritten or streamed). A Relation without the column describes rows from before it was
+added, so they hold that value, exactly as PostgreSQL reads them.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from walspark.changes.relations import RelationVersion
+from walspark.values import ColumnOptions, TypeRegistry
 
-from .schema import ENVELOPE_NAMES, OLD_SUFFIX, OutputLayout
+from .schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, OutputLayout
 
 __all__ = ["OutputShaper"]
 
 
-def _conform_struct(source: pa.StructArray, target: pa.StructType) -> pa.StructArray:
-    """``source`` re-laid as ``target``: fields by name, missing ones null, types cast; nulls kept."""
+def _conform_struct(source: pa.StructArray, target: pa.StructType,
+                    fills: dict[str, pa.Array] | None = None) -> pa.StructArray:
+    """``source`` re-laid as ``target``: fields by name, types cast, nulls kept; a missing field takes
+    its value in ``fills`` (a one-element array), else null."""
     by_name = {source.type.field(i).name: i for i in range(source.type.num_fields)}
     mask = source.is_null()
     children = []
@@ -33,7 +42,11 @@ def _conform_struct(source: pa.StructArray, target: pa.StructType) -> pa.StructA
         field = target.field(i)
         j = by_name.get(field.name)
         if j is None:
-            children.append(pa.nulls(len(source), field.type))
+            fill = fills.get(field.name) if fills else None
+            if fill is None:
+                children.append(pa.nulls(len(source), field.type))
+            else:
+                children.append(fill.take(pa.array([0] * len(source), pa.int32())))
         else:
             children.append(source.field(j).cast(field.type))
     return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
@@ -42,10 +55,30 @@ def _conform_struct(source: pa.StructArray, target: pa.StructType) -> pa.StructA
 class OutputShaper:
     """Maps ChangeRowBuilder batches onto the scan's Arrow schema (see the module docstring)."""
 
-    def __init__(self, schema: StructType, table: str | None) -> None:
+    def __init__(self, schema: StructType, table: str | None, registry: TypeRegistry | None = None) -> None:
         self.layout = OutputLayout.from_schema(schema, table)
         self.target = to_arrow_schema(schema, timezone="UTC")
         self._index = {name: i for i, name in enumerate(self.target.names)}
+        self._registry = registry or TypeRegistry()
+        self._fills: dict[str, dict[str, pa.Array]] = {}
+
+    def _missing_values(self, name: str, target: pa.StructType) -> dict[str, pa.Array]:
+        """The declared columns of table ``name`` that have a missing value, as one-element arrays."""
+        fills = self._fills.get(name)
+        if fills is None:
+            fills = {}
+            for f in self.layout.tables[name].fields:
+                md = f.metadata or {}
+                if MISSING_KEY not in md or "pg.type_oid" not in md:
+                    continue
+                codec = self._registry.resolve(int(md["pg.type_oid"]), int(md.get("pg.type_modifier", -1)),
+                                               ColumnOptions(), binary=False)
+                value = codec.arrow_from_text([str(md[MISSING_KEY]).encode()])
+                if isinstance(value, pa.ChunkedArray):
+                    value = value.combine_chunks()
+                fills[f.name] = value.cast(target.field(target.get_field_index(f.name)).type)
+            self._fills[name] = fills
+        return fills
 
     def wants(self, version: RelationVersion) -> bool:
         return self.layout.wants(version.qualified_name)
@@ -67,9 +100,10 @@ class OutputShaper:
         unchanged = batch.column("_unchanged").cast(target.field("_unchanged").type)
         if self.layout.table is not None:
             table_type = target.field("_old").type
-            flat = _conform_struct(new, table_type).flatten()
+            fills = self._missing_values(name, table_type)
+            flat = _conform_struct(new, table_type, fills).flatten()
             columns.extend(flat)
-            columns.append(_conform_struct(old, table_type))
+            columns.append(_conform_struct(old, table_type, fills))
             columns.append(unchanged)
         else:
             columns.append(unchanged)
@@ -77,9 +111,9 @@ class OutputShaper:
                 if f.name in ENVELOPE_NAMES or f.name == "_unchanged":
                     continue
                 if f.name == name:
-                    columns.append(_conform_struct(new, f.type))
+                    columns.append(_conform_struct(new, f.type, self._missing_values(name, f.type)))
                 elif f.name == name + OLD_SUFFIX:
-                    columns.append(_conform_struct(old, f.type))
+                    columns.append(_conform_struct(old, f.type, self._missing_values(name, f.type)))
                 else:
                     columns.append(pa.nulls(n, f.type))
         return pa.RecordBatch.from_arrays(columns, schema=target)

@@ -29,6 +29,11 @@ from walspark.protocol import RelationColumn
 from walspark.values import TypeRegistry, spark_schema, spark_type
 
 __all__ = [
+    "ATTNUM_KEY",
+    "ColumnFacts",
+    "DEFAULT_KEY",
+    "MISSING_KEY",
+    "relation_misfit",
     "ENVELOPE_NAMES",
     "OutputLayout",
     "SchemaChangedError",
@@ -38,6 +43,7 @@ __all__ = [
     "catalog_layout",
     "catalog_registrations",
     "check_relation",
+    "declared_type_oids",
     "merge_structs",
     "parse_table_name",
     "published_tables",
@@ -113,6 +119,33 @@ def _plain(dt: T.DataType) -> str:
     return dt.simpleString()
 
 
+#: Field metadata of a declared column taken from the catalog (what the sink needs to follow DDL
+#: exactly, pipeline.md §4): its ``pg_attribute.attnum`` (a column's identity — a rename keeps it,
+#: DROP + ADD gives a new one), the text of its missing value (``attmissingval``: what rows that
+#: existed when it was added hold, never streamed), and whether it has a default or generation
+#: expression without a missing value (existing rows were then rewritten, or are NULL).
+ATTNUM_KEY = "walspark.attnum"
+MISSING_KEY = "walspark.missing"
+DEFAULT_KEY = "walspark.default"
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnFacts:
+    """What the catalog says about a published column beyond its type."""
+
+    attnum: int
+    missing: str | None = None  # text form of attmissingval's element
+    has_default: bool = False
+
+    def metadata(self) -> dict[str, Any]:
+        md: dict[str, Any] = {ATTNUM_KEY: self.attnum}
+        if self.missing is not None:
+            md[MISSING_KEY] = self.missing
+        if self.has_default:
+            md[DEFAULT_KEY] = True
+        return md
+
+
 @dataclass(frozen=True, slots=True)
 class TableShape:
     """A table as declared: qualified name and its published columns as (name, type OID, typmod)."""
@@ -120,13 +153,18 @@ class TableShape:
     schema: str
     table: str
     columns: tuple[tuple[str, int, int], ...]
+    facts: tuple[ColumnFacts, ...] = ()  # per column, when read from the catalog
 
     @property
     def qualified_name(self) -> str:
         return f"{self.schema}.{self.table}"
 
     def struct(self, registry: TypeRegistry, *, binary: bool = False) -> T.StructType:
-        return spark_schema(list(self.columns), registry, binary=binary)
+        struct = spark_schema(list(self.columns), registry, binary=binary)
+        if not self.facts:
+            return struct
+        return T.StructType([T.StructField(f.name, f.dataType, f.nullable, {**(f.metadata or {}), **facts.metadata()})
+                             for f, facts in zip(struct.fields, self.facts, strict=True)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,36 +244,38 @@ def _fits(actual: T.DataType, declared: T.DataType) -> bool:
     return False
 
 
-def check_relation(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
-                   registry: TypeRegistry, *, binary: bool = False) -> None:
-    """Raise :class:`SchemaChangedError` unless rows of this Relation fit the declared schema.
+def relation_misfit(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
+                    registry: TypeRegistry, *, binary: bool = False) -> str | None:
+    """Why rows of this Relation do not fit the declared schema (None when they fit).
 
     Fits: every column of the Relation exists in the declared table with the same Spark type
     or a lossless widening (int → bigint, float → double, a wider decimal). Declared columns
-    the Relation lacks are null — which lets a query started after ``ADD COLUMN`` read the
-    older changes still in the slot, instead of failing forever on them.
+    the Relation lacks are filled (null, or the column's missing value) — which lets a query
+    started after ``ADD COLUMN`` read the older changes still in the slot.
     """
     if not layout.wants(qualified_name):
-        return
+        return None
     declared = layout.tables.get(qualified_name)
     if declared is None:
-        raise SchemaChangedError(
-            f"table {qualified_name} appeared in the publication after the query started; "
-            "restart the query to read it (its schema is taken at start)"
-        )
+        return "changes of a table the query's schema does not hold (it joined the publication after the query started)"
     actual = spark_schema(list(columns), registry, binary=binary)
     want = {f.name: f.dataType for f in declared.fields}
     for f in actual.fields:
         if f.name not in want:
-            raise SchemaChangedError(
-                f"table {qualified_name} has a new column {f.name!r} ({_plain(f.dataType)}) that the query's "
-                f"schema lacks (ALTER TABLE?); restart the query to pick up the new shape"
-            )
+            return f"new column {f.name!r} ({_plain(f.dataType)}) is not in the query's schema (ALTER TABLE)"
         if not _fits(f.dataType, want[f.name]):
-            raise SchemaChangedError(
-                f"column {f.name!r} of table {qualified_name} is now {_plain(f.dataType)}, the query's schema "
-                f"has {_plain(want[f.name])}; restart the query to pick up the new shape"
-            )
+            return (f"column {f.name!r} is {_plain(f.dataType)} in the stream, {_plain(want[f.name])} in the query's "
+                    "schema (ALTER TABLE)")
+    return None
+
+
+def check_relation(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
+                   registry: TypeRegistry, *, binary: bool = False) -> None:
+    """Raise :class:`SchemaChangedError` unless rows of this Relation fit the declared schema
+    (see :func:`relation_misfit`)."""
+    reason = relation_misfit(layout, qualified_name, columns, registry, binary=binary)
+    if reason is not None:
+        raise SchemaChangedError(f"table {qualified_name}: {reason}; restart the query to pick up the new shape")
 
 
 # --------------------------------------------------------------------------- catalog
@@ -246,7 +286,9 @@ def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]
 
     PostgreSQL 15+ reports each table's published columns (column lists, and generated columns
     where ``publish_generated_columns`` is on) in ``pg_publication_tables.attnames``; before
-    15 every non-generated column is published.
+    15 every non-generated column is published. Each column also gets its :class:`ColumnFacts`;
+    a partitioned root keeps missing values on its leaves (the root has no rows), so they are
+    looked up there too.
     """
     major = conn.info.server_version // 10000
     if major >= 15:
@@ -255,24 +297,31 @@ def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]
         column_filter = "a.attgenerated = ''"
     else:
         column_filter = "true"
+    leaves = ("SELECT c.oid UNION ALL SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf"
+              if major >= 12 else "SELECT c.oid")
     query = (
         "SELECT DISTINCT t.schemaname::text, t.tablename::text, a.attnum, a.attname::text, a.atttypid::int8,"
-        " a.atttypmod FROM pg_publication_tables t"
+        " a.atttypmod, m.missing, a.atthasdef FROM pg_publication_tables t"
         " JOIN pg_namespace n ON n.nspname = t.schemaname"
         " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
         # LEFT JOIN: a table without columns (CREATE TABLE t (), attnames NULL) is still published
         " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
         f" AND {column_filter}"  # constant chosen by server version
+        " LEFT JOIN LATERAL (SELECT (x.attmissingval::text::text[])[1] AS missing FROM pg_attribute x"
+        "  WHERE x.attname = a.attname AND x.atthasmissing AND NOT x.attisdropped"
+        f"  AND x.attrelid IN ({leaves}) LIMIT 1) m ON true"  # constant chosen by server version
         " WHERE t.pubname = ANY(%s)"
         " ORDER BY 1, 2, 3"
     )
     rows = conn.execute(query, (list(publications),)).fetchall()
     shapes: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
-    for schema, table, _attnum, name, oid, typmod in rows:
-        columns = shapes.setdefault((schema, table), [])
-        if name is not None:
+    facts: dict[tuple[str, str], list[ColumnFacts]] = {}
+    for schema, table, attnum, name, oid, typmod, missing, has_default in rows:
+        columns, notes = shapes.setdefault((schema, table), []), facts.setdefault((schema, table), [])
+        if name is not None:  # None: a table without columns
             columns.append((name, int(oid), int(typmod)))
-    return [TableShape(s, t, tuple(cols)) for (s, t), cols in shapes.items()]
+            notes.append(ColumnFacts(int(attnum), missing, bool(has_default)))
+    return [TableShape(s, t, tuple(cols), tuple(facts[(s, t)])) for (s, t), cols in shapes.items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,16 +423,54 @@ def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
     return T.StructType(list(merged.values()))
 
 
-def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
-                   binary: bool = False) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
-    """The output layout of a live slot's publications, and the user types its tasks must register."""
+def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *, binary: bool = False,
+                   staging_path: str | None = None,
+                   slot: str | None = None) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
+    """The output layout of a live slot's publications, and the user types its tasks must register.
+
+    With ``staging_path``, each table also holds the shapes a previous query of that staging
+    directory recorded when the stream did not fit its schema (:mod:`.shapes`), except those of
+    transactions the slot has confirmed already.
+    """
     from walspark.source.publications import missing_publications
+
+    from .shapes import merge_recorded, recorded_shapes
 
     missing = missing_publications(conn, publications)
     if missing:
         raise ValueError(f"publication(s) {', '.join(map(repr, missing))} do not exist in the slot's database")
     shapes = published_tables(conn, publications)
-    registrations = catalog_registrations(conn, {oid for s in shapes for _, oid, _ in s.columns})
+    recorded = recorded_shapes(staging_path, after_lsn=_confirmed_lsn(conn, slot)) if staging_path else {}
+    oids = {oid for s in shapes for _, oid, _ in s.columns}
+    oids |= {oid for found in recorded.values() for shape in found for _, oid, _ in shape}
+    registrations = catalog_registrations(conn, oids)
     registry = apply_registrations(TypeRegistry(), registrations)
     tables = {s.qualified_name: s.struct(registry, binary=binary) for s in shapes}
+    for name, found in recorded.items():
+        tables[name] = merge_recorded(name, tables.get(name),
+                                      [spark_schema(list(shape), registry, binary=binary) for shape in found])
     return OutputLayout.build(tables, table), registrations
+
+
+def _confirmed_lsn(conn: Any, slot: str | None) -> int:
+    if not slot:
+        return 0
+    row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                       (slot,)).fetchone()
+    if row is None or row[0] is None:
+        return 0
+    from walspark.protocol import parse_lsn
+
+    return parse_lsn(row[0])
+
+
+def declared_type_oids(schema: T.StructType) -> set[int]:
+    """The PostgreSQL type OIDs a declared schema names in its field metadata (``pg.type_oid``)."""
+    out: set[int] = set()
+    for f in schema.fields:
+        oid = (f.metadata or {}).get("pg.type_oid")
+        if oid is not None:
+            out.add(int(oid))
+        if isinstance(f.dataType, T.StructType):
+            out |= declared_type_oids(f.dataType)
+    return out

@@ -131,6 +131,7 @@ class TablePlan:
     row_filter: str | None = None
     #: A table without columns: its row count in the snapshot (copied as that many marker rows).
     columnless_rows: int | None = None
+    attnums: dict[str, int] = field(default_factory=dict)  # column -> pg_attribute.attnum (evolution.py)
 
     @property
     def qualified(self) -> str:
@@ -215,7 +216,7 @@ def _column_query(major: int, with_names: bool) -> str:
     """
     generated = " AND a.attgenerated = ''" if 12 <= major and (major < 18 or not with_names) else ""
     names = " AND a.attname = ANY(%s)" if with_names else ""
-    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod FROM pg_attribute a"
+    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnum FROM pg_attribute a"
             " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
             " ORDER BY a.attnum")
 
@@ -248,7 +249,7 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
             cols = conn.execute(_column_query(major, True), (rel.oid, list(rel.columns))).fetchall()
         else:
             cols = conn.execute(_column_query(major, False), (rel.oid,)).fetchall()
-        columns = [(str(n), int(t), int(m)) for n, t, m in cols]
+        columns = [(str(n), int(t), int(m)) for n, t, m, _ in cols]
         if rel.relkind == "p":
             leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (rel.oid,)).fetchall()]
         else:
@@ -257,7 +258,8 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
         for leaf in leaf_oids:
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
-        plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter))
+        plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter,
+                               attnums={str(n): int(a) for n, _, _, a in cols}))
         if not columns:  # PostgreSQL replicates the row count of a table without columns
             plans[-1].columnless_rows = _count_rows(conn, relations, rel.row_filter)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
@@ -546,7 +548,11 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
+    from .evolution import ATTNUMS_PROPERTY, ColumnIds, sql_string
+
     props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    if plan.attnums:  # each column's identity, so that later DDL is followed by attnum
+        props += f", {sql_string(ATTNUMS_PROPERTY)} = {sql_string(ColumnIds(plan.attnums, {}).to_json())}"
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
     started = time.monotonic()

@@ -20,9 +20,13 @@ Guarantees, and how they hold:
 * **The slot never runs ahead of Spark.** The stream runs with ``idle_confirm`` off and is
   confirmed only from :meth:`Stager.commit`, which Spark calls after the batch's commit log entry
   is durable. (Deferred while the stream has not yet re-received that far after a restart.)
-* **Shape drift stops staging just before it.** A Relation message that no longer fits the
-  query's schema ends staging before its transaction; once everything before it has been served,
-  planning raises :class:`~.schema.SchemaChangedError`.
+* **Shape drift stops staging just before it.** A change (insert, update, delete, truncate) of a
+  relation whose Relation message in force does not fit the query's schema ends staging before
+  its transaction; once everything before it has been served, planning raises
+  :class:`~.schema.SchemaChangedError`. A Relation message alone never does: pgoutput also
+  describes a leaf partition whose changes it publishes as its root's. Every non-fitting shape
+  of that transaction is recorded in the staging directory first (:mod:`.shapes`), so the next
+  query declares them and gets past it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ from walspark.values import TypeRegistry
 
 from .decode import relation_ids
 from .offsets import TxnEntry
-from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, check_relation
+from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
+from .shapes import record_barrier
 from .segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
 
 __all__ = ["StagingError", "Stager"]
@@ -89,6 +94,9 @@ class StagingError(RuntimeError):
 class _Stop(Exception):
     """Internal: staging ends (schema barrier)."""
 
+
+#: A Relation's columns as (name, type OID, typmod).
+_Columns = tuple[tuple[str, int, int], ...]
 
 # A prelude entry: (lsn, in_stream, data, version)
 _PreludeRow = tuple[int, bool, bytes, "int | None"]
@@ -171,6 +179,7 @@ class Stager:
         self._proto = 1
         self._parallel = False
         self._cache = RelationCache()
+        self._verdicts: dict[int, tuple[int, str | None]] = {}  # relation id -> (version, misfit reason)
         self._rels: dict[int, _PreludeRow] = {}  # copy-on-write: snapshots are references
         self._types: dict[int, _PreludeRow] = {}
         self._wanted: set[int] = set()
@@ -572,6 +581,7 @@ class Stager:
         written: list[SegmentName] = []
         changes = nbytes = 0
         table_mode = self.layout.table is not None
+        misfits: dict[tuple[str, _Columns], str] = {}
         commit_lsn, xid, ts, origin = txn.commit_lsn, txn.xid, txn.commit_timestamp, txn.origin
         try:
             for seq, (lsn, in_stream, data) in enumerate(txn.messages()):
@@ -580,14 +590,18 @@ class Stager:
                     rids = relation_ids(data, in_stream)
                     if table_mode and self._wanted.isdisjoint(rids):
                         continue
+                    for rid in rids:
+                        self._check_change(rid, misfits)
                     touched.update(rids)
                     changes += 1
                 elif kind == _R:
-                    self._relation(lsn, in_stream, data, check=True)
+                    self._relation(lsn, in_stream, data)
                 elif kind == _Y:
                     self._type(lsn, in_stream, data)
                 elif kind == _M:
                     continue  # transactional logical messages carry no rows
+                if misfits:
+                    continue  # the transaction is not staged; its Relations and changes are still checked
                 piece.append(end, commit_lsn, xid, ts, origin, lsn, seq, in_stream, data)
                 nbytes += len(data)
                 if piece.rows >= self.segment_max_rows or piece.bytes >= self.segment_max_bytes:
@@ -596,20 +610,15 @@ class Stager:
                         dedicated = True
                     written.append(self._write(piece, snapshot, touched, ()))
                     piece, snapshot, touched = SegmentBuilder(), (self._rels, self._types), set()
-        except SchemaChangedError as exc:
+        finally:
+            txn.release()
+        if misfits:
             for seg in written:  # pieces of this transaction: never offered, remove them
                 seg.path.unlink(missing_ok=True)
                 with self._cond:
                     self._segments = [s for s in self._segments if s.path != seg.path]
             self._flush_pending()
-            log.warning("stager of slot %s: %s", self.slot, exc)
-            with self._cond:
-                self._barrier = exc
-                self._caught_up_to = max(self._caught_up_to, self._staged_end)
-                self._cond.notify_all()
-            raise _Stop from exc
-        finally:
-            txn.release()
+            self._stop_at(end, misfits)
         entry = TxnEntry(end, changes, nbytes)
         self._last_end = end
         self._last_activity = time.monotonic()
@@ -630,17 +639,54 @@ class Stager:
         rels, types = self._rels, self._types
         for lsn, in_stream, data in txn.messages():
             if data[0] == _R:
-                self._relation(lsn, in_stream, data, check=False)
+                self._relation(lsn, in_stream, data)
             elif data[0] == _Y:
                 self._type(lsn, in_stream, data)
         return rels is not self._rels or types is not self._types  # copy-on-write: identity tells
 
-    def _relation(self, lsn: int, in_stream: bool, data: bytes, *, check: bool) -> None:
+    def _check_change(self, rid: int, misfits: dict[tuple[str, _Columns], str]) -> None:
+        """Note in ``misfits`` the relation of a change if its shape in force does not fit the schema.
+
+        Checked once per relation shape (the verdict is kept per version). Only changes are
+        checked, never a Relation alone: with ``publish_via_partition_root`` pgoutput describes
+        the leaf partition after its root although every change names the root.
+        """
+        version = self._cache.get(rid)
+        if version is None:
+            return  # a change without its Relation: the decoder reports it
+        have = self._verdicts.get(rid)
+        if have is not None and have[0] == version.version:
+            reason = have[1]
+        else:
+            reason = relation_misfit(self.layout, version.qualified_name, version.columns, self.registry,
+                                     binary=self._binary)
+            self._verdicts[rid] = (version.version, reason)
+        if reason is not None:
+            columns = tuple((c.name, c.type_oid, c.type_modifier) for c in version.columns)
+            misfits.setdefault((version.qualified_name, columns), reason)
+
+    def _stop_at(self, end: int, misfits: dict[tuple[str, _Columns], str]) -> None:
+        """Staging ends before the transaction ending at ``end``: record its shapes, raise the barrier."""
+        shapes: dict[str, list[_Columns]] = {}
+        reasons: dict[str, str] = {}
+        for (table, columns), reason in misfits.items():
+            shapes.setdefault(table, []).append(columns)
+            reasons.setdefault(table, reason)
+        record_barrier(self.directory, end, shapes, list(reasons.items()))
+        exc = SchemaChangedError("; ".join(f"table {t}: {r}" for t, r in reasons.items())
+                                 + f" (transaction ending at {format_lsn(end)}); restart the query to pick up the new "
+                                 "shape (walspark run does it itself)")
+        log.warning("stager of slot %s: %s", self.slot, exc)
+        with self._cond:
+            self._barrier = exc
+            self._caught_up_to = max(self._caught_up_to, self._staged_end)
+            self._cond.notify_all()
+        raise _Stop from exc
+
+    def _relation(self, lsn: int, in_stream: bool, data: bytes) -> None:
         message = decode_message(data, protocol_version=self._proto, in_stream=in_stream, parallel_abort=None, lsn=lsn)
         assert isinstance(message, Relation)
         name = f"{message.schema}.{message.relation_name}"
-        if check:
-            check_relation(self.layout, name, message.columns, self.registry, binary=self._binary)
         if self.layout.wants(name):
             self._wanted.add(message.relation_id)
         version = self._cache.apply(message)

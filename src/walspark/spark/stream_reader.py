@@ -44,7 +44,7 @@ from walspark.protocol import parse_lsn
 from .decode import DecodeConfig, TaskDecoder, decode_segment
 from .offsets import from_offset, plan_end, to_offset
 from .options import SourceOptions
-from .schema import OutputLayout, TypeRegistration, catalog_registrations, published_tables
+from .schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
 from .staging import Stager
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]
@@ -112,7 +112,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             with self._connect() as conn:
                 shapes = published_tables(conn, o.publications)
-                self._registrations = catalog_registrations(conn, {oid for s in shapes for _, oid, _ in s.columns})
+                # the declared schema may hold stream shapes the catalog no longer has (see .shapes)
+                oids = {oid for s in shapes for _, oid, _ in s.columns} | declared_type_oids(self.schema)
+                self._registrations = catalog_registrations(conn, oids)
             assert o.dsn and o.slot and o.staging_path
             self._stager = Stager(
                 dsn=o.dsn,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["TABLE_PROPERTIES", "path_segment", "table_path"]
+__all__ = ["TABLE_PROPERTIES", "path_segment", "quote", "table_path"]
 
 #: The Delta table properties of every target table: column mapping by name, so any PostgreSQL
 #: identifier (spaces, commas, parentheses...) is a valid column name. The snapshot's
@@ -47,3 +47,8 @@ def path_segment(name: str, *, schema: bool = False) -> str:
 def table_path(target: str, schema: str, table: str) -> str:
     """``<target>/<schema>/<table>``: where a source table's Delta table lives (ARCHITECTURE.md)."""
     return f"{target.rstrip('/')}/{path_segment(schema, schema=True)}/{path_segment(table)}"
+
+
+def quote(name: str) -> str:
+    """A Spark SQL identifier for any name: backquoted, inner backquotes doubled."""
+    return "`" + name.replace("`", "``") + "`"

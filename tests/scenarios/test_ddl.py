@@ -1,0 +1,187 @@
+"""DDL in the slot's backlog: ``walspark run`` applies it, or stops with one line — never a loop.
+
+Each workload is a list of steps (SQL); it runs twice: with a ``walspark run --once`` after each
+step, and as a backlog (snapshot, then every step, then one run). The backlog is the hard case:
+the catalog describes the tables as they are *after* all the DDL, while the slot still holds
+changes made under every older shape (issue 13, item 2). After each run every Delta table must
+equal what the publication publishes (tests/scenarios/support.py). A change PostgreSQL makes to
+existing rows without streaming them (a table rewrite: ALTER COLUMN TYPE to an unrelated type, a
+column added with a volatile default) must stop the run with one line naming the table, the
+change and what to do — and a second run must say the same at once.
+
+pgoutput sends no DDL: a table's new shape reaches the target with its next change (the Relation
+message before it), exactly as a PostgreSQL subscriber learns of it. So a step that alters a
+published column also changes a row of the table, or the oracle would compare the target with a
+shape it cannot have seen yet.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from .support import assert_matches_publication, run_once
+
+pytestmark = pytest.mark.spark
+
+SETUP = """
+CREATE TABLE t (id int PRIMARY KEY, a int, b text);
+CREATE TABLE other (id int PRIMARY KEY, v text);
+INSERT INTO t SELECT g, g, 'b' || g FROM generate_series(1, 6) g;
+INSERT INTO other VALUES (1, 'x');
+CREATE PUBLICATION pub FOR ALL TABLES;
+"""
+
+MODES = pytest.mark.parametrize("backlog", [False, True], ids=["steps", "backlog"])
+
+
+def _workload(spark, dsn: str, tmp_path, steps: list[str], backlog: bool, setup: str = SETUP) -> None:
+    target = str(tmp_path / "lake")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(setup)
+        run_once(dsn, "pub", "s", target)  # the snapshot
+        for i, sql in enumerate(steps):
+            conn.execute(sql)
+            if not backlog:
+                run_once(dsn, "pub", "s", target)
+                assert_matches_publication(conn, spark, target, "pub", context=f"after step {i}: {sql}")
+        if backlog:
+            run_once(dsn, "pub", "s", target)
+            assert_matches_publication(conn, spark, target, "pub", context="after the backlog")
+
+
+def _stops(dsn: str, target: str, expected: str) -> str:
+    """Run twice: both exit 1 with the same single error line, which contains ``expected``; the
+    second without more than one query restart (no loop)."""
+    lines = []
+    for attempt in range(2):
+        output = run_once(dsn, "pub", "s", target, expect_exit=1)
+        errors = [line for line in output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and "Traceback" not in output, output
+        assert expected in errors[0], errors[0]
+        if attempt:
+            assert output.count("restarting the query") <= 1, output
+        lines.append(errors[0])
+    assert lines[0] == lines[1]
+    return lines[0]
+
+
+@MODES
+def test_drop_column_with_changes_before_and_after(spark, pg18_dsn, tmp_path, backlog):
+    _workload(spark, pg18_dsn, tmp_path, [
+        "UPDATE t SET b = 'x' || id WHERE id <= 2; INSERT INTO t VALUES (7, 7, 'seven'); UPDATE other SET v = 'y'",
+        "ALTER TABLE t DROP COLUMN b",
+        "UPDATE t SET a = a + 10 WHERE id IN (1, 3); INSERT INTO t VALUES (8, 8); DELETE FROM t WHERE id = 5",
+    ], backlog)
+
+
+@MODES
+def test_several_ddls_of_one_table(spark, pg18_dsn, tmp_path, backlog):
+    """ADD, DROP, ADD again (the dropped name, another type), a constant default, changes between."""
+    _workload(spark, pg18_dsn, tmp_path, [
+        "UPDATE t SET b = 'u' WHERE id = 1",
+        "ALTER TABLE t ADD COLUMN c text; UPDATE t SET c = 'c' || id WHERE id < 3",
+        "ALTER TABLE t DROP COLUMN b; INSERT INTO t (id, a, c) VALUES (10, 10, 'ten')",
+        "ALTER TABLE t ADD COLUMN b int; UPDATE t SET b = id * 2 WHERE id IN (2, 10); DELETE FROM t WHERE id = 3",
+        "ALTER TABLE t ADD COLUMN d numeric(6,2) DEFAULT 7.5; UPDATE t SET d = 1 WHERE id = 1;"
+        "INSERT INTO t (id, a) VALUES (11, 11)",
+        "ALTER TABLE t DROP COLUMN c; UPDATE t SET a = -a WHERE id = 2",
+    ], backlog)
+
+
+@MODES
+def test_drop_and_add_again_with_another_type(spark, pg18_dsn, tmp_path, backlog):
+    _workload(spark, pg18_dsn, tmp_path, [
+        "UPDATE t SET b = 'old' WHERE id <= 3",
+        "ALTER TABLE t DROP COLUMN b",
+        "UPDATE t SET a = 100 WHERE id = 4",
+        "ALTER TABLE t ADD COLUMN b int; UPDATE t SET a = 0 WHERE id = 6",
+        "UPDATE t SET b = id * 10 WHERE id IN (1, 4); INSERT INTO t VALUES (9, 9, 90)",
+    ], backlog)
+
+
+@MODES
+def test_rename_column(spark, pg18_dsn, tmp_path, backlog):
+    _workload(spark, pg18_dsn, tmp_path, [
+        "UPDATE t SET b = 'before' WHERE id <= 2; INSERT INTO t VALUES (7, 7, 'seven')",
+        "ALTER TABLE t RENAME COLUMN b TO c; UPDATE t SET a = 0 WHERE id = 6",
+        "UPDATE t SET c = 'after' WHERE id IN (2, 3); INSERT INTO t VALUES (8, 8, 'eight'); DELETE FROM t WHERE id = 1",
+    ], backlog)
+
+
+@MODES
+def test_add_column_with_a_constant_default(spark, pg18_dsn, tmp_path, backlog):
+    """Existing rows hold the default without being rewritten or streamed (attmissingval); a row
+    inserted before the ALTER but applied in the same run holds it too."""
+    _workload(spark, pg18_dsn, tmp_path, [
+        "INSERT INTO t VALUES (7, 7, 'seven'); UPDATE t SET a = 0 WHERE id = 1",
+        "ALTER TABLE t ADD COLUMN d int DEFAULT 42, ADD COLUMN e text DEFAULT 'e''s', ADD COLUMN f int;"
+        "UPDATE t SET a = 0 WHERE id = 6",
+        "UPDATE t SET d = 1, f = 1 WHERE id = 2; INSERT INTO t (id, a) VALUES (8, 8); INSERT INTO t VALUES (9, 9, 'n', 9)",
+    ], backlog)
+
+
+@MODES
+def test_alter_column_type_that_widens(spark, pg18_dsn, tmp_path, backlog):
+    _workload(spark, pg18_dsn, tmp_path, [
+        "UPDATE t SET a = 2147483647 WHERE id = 1",
+        "ALTER TABLE t ALTER COLUMN a TYPE bigint",
+        "UPDATE t SET a = 5000000000 WHERE id = 2",
+    ], backlog)
+
+
+@MODES
+def test_alter_column_type_rewrite_stops_with_one_line(spark, pg18_dsn, tmp_path, backlog):
+    target = str(tmp_path / "lake")
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+        run_once(pg18_dsn, "pub", "s", target)
+        conn.execute("UPDATE t SET a = 0 WHERE id = 1")
+        if not backlog:
+            run_once(pg18_dsn, "pub", "s", target)
+        conn.execute("ALTER TABLE t ALTER COLUMN a TYPE text USING 'n' || a; UPDATE t SET a = 'x' WHERE id = 2")
+        conn.execute("UPDATE other SET v = 'still replicated'")
+        line = _stops(pg18_dsn, target, "public.t: column 'a' changed from int to string (ALTER COLUMN TYPE)")
+        assert "walspark slot drop --slot" in line
+        # the other table keeps going
+        assert spark.read.format("delta").load(f"{target}/public/other").collect()[0]["v"] == "still replicated"
+
+
+@MODES
+def test_add_column_with_a_volatile_default_stops_with_one_line(spark, pg18_dsn, tmp_path, backlog):
+    target = str(tmp_path / "lake")
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+        run_once(pg18_dsn, "pub", "s", target)
+        conn.execute("UPDATE t SET a = 0 WHERE id = 1")
+        if not backlog:
+            run_once(pg18_dsn, "pub", "s", target)
+        conn.execute("ALTER TABLE t ADD COLUMN r float8 DEFAULT random(); UPDATE t SET a = 5 WHERE id = 2")
+        _stops(pg18_dsn, target, "public.t: column(s) 'r' were added with a default that PostgreSQL computed")
+
+
+def test_conflicting_shapes_in_one_transaction_stop_with_one_line(spark, pg18_dsn, tmp_path):
+    """A column dropped and added again with another type *inside* one transaction that changes rows
+    under both shapes: no single schema holds that transaction. The restart loop must see that it
+    makes no progress and stop with one line."""
+    target = str(tmp_path / "lake")
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+        run_once(pg18_dsn, "pub", "s", target)
+        with conn.transaction():
+            conn.execute("UPDATE t SET b = 'x' WHERE id = 1")
+            conn.execute("ALTER TABLE t DROP COLUMN b")
+            conn.execute("ALTER TABLE t ADD COLUMN b int")
+            conn.execute("UPDATE t SET b = 1 WHERE id = 2")
+        line = _stops(pg18_dsn, target, "cannot get past the schema change in the transaction ending at")
+        assert "table public.t: column 'b'" in line and "walspark slot drop --slot s" in line
+
+
+def test_drop_column_backlog_and_constant_default_on_postgresql_15(spark, pg15_dsn, tmp_path):
+    _workload(spark, pg15_dsn, tmp_path, [
+        "UPDATE t SET b = 'x' WHERE id <= 2",
+        "ALTER TABLE t DROP COLUMN b",
+        "UPDATE t SET a = 0 WHERE id = 3",
+        "ALTER TABLE t ADD COLUMN d int DEFAULT 42; ALTER TABLE t RENAME COLUMN a TO aa",
+        "INSERT INTO t (id, aa) VALUES (20, 20); UPDATE t SET d = 1 WHERE id = 4",
+    ], True)
