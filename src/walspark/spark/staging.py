@@ -20,6 +20,9 @@ Guarantees, and how they hold:
 * **The slot never runs ahead of Spark.** The stream runs with ``idle_confirm`` off and is
   confirmed only from :meth:`Stager.commit`, which Spark calls after the batch's commit log entry
   is durable. (Deferred while the stream has not yet re-received that far after a restart.)
+* **A prepared transaction survives a restart.** Two-phase decoding sends it at its PREPARE and,
+  once the slot is past that, never again; it is written durably to the prepared store
+  (:mod:`.prepared`) before anything after it is staged, and staged at its COMMIT PREPARED.
 * **Shape drift stops staging just before it.** A Relation message that no longer fits the
   query's schema ends staging before its transaction; once everything before it has been served,
   planning raises :class:`~.schema.SchemaChangedError`.
@@ -37,7 +40,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
+from walspark.changes.assembly import (
+    CommittedTransaction,
+    PreparedOutcome,
+    PreparedTransaction,
+    TransactionAssembler,
+)
 from walspark.changes.relations import RelationCache
 from walspark.protocol import Relation, Type, decode_message, format_lsn, parse_lsn
 from walspark.source.dsn import redact_secrets
@@ -48,8 +56,10 @@ from walspark.values import TypeRegistry
 
 from .decode import relation_ids
 from .offsets import TxnEntry
+from .prepared import PreparedStore
 from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, check_relation
 from .segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
+from .two_phase import TwoPhaseStaging
 
 __all__ = ["StagingError", "Stager"]
 
@@ -94,7 +104,7 @@ class _Stop(Exception):
 _PreludeRow = tuple[int, bool, bytes, "int | None"]
 
 
-class Stager:
+class Stager(TwoPhaseStaging):
     """Stages a slot's committed transactions into segments under ``directory/segments``.
 
     Call :meth:`start` (loads what is already staged, then streams in a thread), read with
@@ -179,7 +189,8 @@ class Stager:
         self._pending_touched: set[int] = set()
         self._pending_snapshot: tuple[dict, dict] = ({}, {})
         self._pending_since = 0.0
-        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0}
+        self._prepared = PreparedStore(self.directory / "prepared")
+        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0}
 
     # ------------------------------------------------------------------ life cycle
 
@@ -216,6 +227,7 @@ class Stager:
         idle = self.directory / _IDLE_MARK
         self._idle_mark = parse_lsn(idle.read_text().strip()) if idle.exists() else 0
         shutil.rmtree(self.directory / "spill", ignore_errors=True)
+        self._prepared.load()
         segments = remove_incomplete_tail(self.segment_dir)
         entries = list(iter_entries(segments))
         with self._cond:
@@ -351,6 +363,7 @@ class Stager:
                 pass
         with self._cond:
             self._staged_bytes = max(0, self._staged_bytes - freed)
+        self._prepared.release_through(end)  # committed prepared transactions Spark now has
 
     # ------------------------------------------------------------------ the thread
 
@@ -393,6 +406,10 @@ class Stager:
                     for event in assembler.feed(data_start, item.payload):  # type: ignore[union-attr]
                         if event.__class__ is CommittedTransaction:
                             self._stage(event)  # type: ignore[arg-type]
+                        elif event.__class__ is PreparedTransaction:
+                            self._store_prepared(event)  # type: ignore[arg-type]
+                        elif event.__class__ is PreparedOutcome:
+                            self._prepared_outcome(event)  # type: ignore[arg-type]
                     if clock() - last_housekeeping < 0.05:
                         continue  # busy: housekeeping at most every 50 ms
                 last_ping = self._housekeeping(stream, last_ping)
@@ -437,7 +454,7 @@ class Stager:
 
     def _assembler(self) -> TransactionAssembler:
         return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
-                                    spill_dir=self.directory / "spill")
+                                    spill_dir=self.directory / "spill", hand_over_prepared=True)
 
     def _open_stream(self) -> ReplicationStream | None:
         """Open the stream; a slot still held by a previous (killed) run is waited for."""
@@ -601,13 +618,7 @@ class Stager:
                 seg.path.unlink(missing_ok=True)
                 with self._cond:
                     self._segments = [s for s in self._segments if s.path != seg.path]
-            self._flush_pending()
-            log.warning("stager of slot %s: %s", self.slot, exc)
-            with self._cond:
-                self._barrier = exc
-                self._caught_up_to = max(self._caught_up_to, self._staged_end)
-                self._cond.notify_all()
-            raise _Stop from exc
+            self._stop_at_barrier(exc)
         finally:
             txn.release()
         entry = TxnEntry(end, changes, nbytes)
@@ -624,6 +635,16 @@ class Stager:
         self._pending_entries.append(entry)
         if self._pending.rows >= self.segment_max_rows or self._pending.bytes >= self.segment_max_bytes:
             self._flush_pending()
+
+    def _stop_at_barrier(self, exc: SchemaChangedError) -> None:
+        """Staging ends just before the transaction that no longer fits (see :meth:`schema_barrier`)."""
+        self._flush_pending()
+        log.warning("stager of slot %s: %s", self.slot, exc)
+        with self._cond:
+            self._barrier = exc
+            self._caught_up_to = max(self._caught_up_to, self._staged_end)
+            self._cond.notify_all()
+        raise _Stop from exc
 
     def _absorb(self, txn: CommittedTransaction) -> bool:
         """A resent transaction: keep only what it says about schemas. Returns whether that changed."""
