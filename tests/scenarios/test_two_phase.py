@@ -321,8 +321,8 @@ def test_sigkill_between_prepare_and_commit_prepared(spark, pg18_dsn, tmp_path):
             conn.execute("BEGIN; INSERT INTO t SELECT g, 'prepared' FROM generate_series(100, 2100) g;"
                          " INSERT INTO log SELECT g, 'prepared' FROM generate_series(1, 50) g;"
                          " PREPARE TRANSACTION 'crash1'")
-            conn.execute("INSERT INTO t VALUES (11, 'plain'); INSERT INTO log VALUES (-1, 'plain')")
             past = _wal(conn)
+            conn.execute("INSERT INTO t VALUES (11, 'plain'); INSERT INTO log VALUES (-1, 'plain')")
             wait_for(lambda: _slot(conn)[0] >= past, timeout=300, what="the slot to pass the PREPARE",
                      pipeline=pipeline)
             # A second prepared transaction, killed right after it (stored or not: either way the slot
