@@ -56,7 +56,7 @@ def _slot(conn: psycopg.Connection) -> tuple[int, bool]:
     confirmed, two_phase = conn.execute(
         "SELECT confirmed_flush_lsn::text, two_phase FROM pg_replication_slots WHERE slot_name = %s",
         (SLOT,)).fetchone()
-    return parse_lsn(confirmed), two_phase
+    return (parse_lsn(confirmed) if confirmed else 0), bool(two_phase)  # NULL while the slot is being created
 
 
 def _store(target: str) -> Path:

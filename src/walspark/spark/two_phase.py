@@ -75,10 +75,11 @@ class TwoPhaseStaging:
     _confirm_request: int
     _last_end: int
 
-    def _stage(self, txn: CommittedTransaction) -> None: ...  # pragma: no cover - the Stager's
-    def _relation(self, lsn: int, in_stream: bool, data: bytes, *, check: bool) -> None: ...  # pragma: no cover
-    def _type(self, lsn: int, in_stream: bool, data: bytes) -> None: ...  # pragma: no cover
-    def _stop_at_barrier(self, exc: SchemaChangedError) -> None: ...  # pragma: no cover
+    if TYPE_CHECKING:  # the Stager's methods this part calls
+        def _stage(self, txn: CommittedTransaction) -> None: ...
+        def _relation(self, lsn: int, in_stream: bool, data: bytes, *, check: bool) -> None: ...
+        def _type(self, lsn: int, in_stream: bool, data: bytes) -> None: ...
+        def _stop_at_barrier(self, exc: SchemaChangedError) -> None: ...
 
     def _store_prepared(self, txn: PreparedTransaction) -> None:
         """PREPARE: store the transaction durably, then put its Relation/Type messages in force.
