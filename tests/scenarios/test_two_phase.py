@@ -114,6 +114,12 @@ def test_prepare_then_commit_prepared_in_the_next_run_with_the_slot_past_the_pre
         run_once(dsn, PUB, SLOT, target)
         _check(conn, spark, target, "after COMMIT PREPARED in a later run")
         assert _pending(target) == []
+        # The slot is one batch behind that run: the next one receives the COMMIT PREPARED again
+        # (a resend, dropped) and, once Spark commits past it, the store lets the entry go.
+        conn.execute("INSERT INTO log VALUES (4, 'one more run')")
+        run_once(dsn, PUB, SLOT, target)
+        _check(conn, spark, target, "a run after the COMMIT PREPARED")
+        assert sorted(p.name for p in _store(target).iterdir()) == ["committed-through"]
 
 
 def test_rollback_prepared_and_a_prepare_sent_again_after_a_restart(spark, dsn, tmp_path):
