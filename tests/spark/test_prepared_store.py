@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from walspark.changes.assembly import PreparedTransaction, TransactionAssembler
 from walspark.protocol import BeginPrepare, Insert, Prepare, TupleData, encode_message
 from walspark.spark.prepared import PreparedStore
@@ -55,7 +57,13 @@ def test_committed_entries_go_once_spark_has_them_and_the_watermark_remembers(tm
     assert store.release_through(0x5000) == 0 and store.get(1, "g1") is not None  # Spark not there yet
     reloaded = PreparedStore(tmp_path).load()  # the resolution is durable (file name)
     assert reloaded.get(1, "g1").committed_end == 0x5010
+    resolved = reloaded.get(1, "g1")
+    held = reloaded.committed(resolved, commit_lsn=0x5000, end_lsn=0x5010, timestamp=1)  # a resend being staged
     assert reloaded.release_through(0x6000) == 1
+    assert len(_values(held)) == 1  # an open entry stays readable after Spark let it go
+    held.release()
+    with pytest.raises(FileNotFoundError):  # a resend arriving after: the stager checks the watermark
+        reloaded.committed(resolved, commit_lsn=0x5000, end_lsn=0x5010, timestamp=1)
     assert reloaded.get(1, "g1") is None and reloaded.watermark == 0x6000
     assert [e.key for e in reloaded.pending()] == [reloaded.get(2, "g2").key]
     assert PreparedStore(tmp_path).load().watermark == 0x6000

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
 from walspark.changes.spill import Entry
@@ -90,27 +91,28 @@ class PreparedEntry:
 class _StoredMessages:
     """A stored entry's messages, read lazily (a prepared transaction can be larger than memory).
 
-    ``close`` does nothing: the file belongs to the store, which deletes it when Spark has the
-    transaction (or at ROLLBACK PREPARED).
+    The file is open from the start: Spark's commit may delete the entry meanwhile (a COMMIT
+    PREPARED sent again while the first one's batch is being committed), and an open file
+    stays readable. ``close`` closes it; the file itself belongs to the store.
     """
 
-    def __init__(self, path: Path, xid: int) -> None:
-        self.path, self.xid = path, xid
+    def __init__(self, path: Path, xid: int, file: BinaryIO, body: int) -> None:
+        self.path, self.xid, self.file, self.body = path, xid, file, body
 
     def __iter__(self) -> Iterator[Entry]:
-        with open(self.path, "rb", buffering=1 << 20) as f:
-            _read_header(f, self.path)
-            while header := f.read(_RECORD.size):
-                if len(header) != _RECORD.size:
-                    raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
-                lsn, in_stream, length = _RECORD.unpack(header)
-                data = f.read(length)
-                if len(data) != length:
-                    raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
-                yield lsn, bool(in_stream), self.xid, data
+        f = self.file
+        f.seek(self.body)
+        while header := f.read(_RECORD.size):
+            if len(header) != _RECORD.size:
+                raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
+            lsn, in_stream, length = _RECORD.unpack(header)
+            data = f.read(length)
+            if len(data) != length:
+                raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
+            yield lsn, bool(in_stream), self.xid, data
 
     def close(self) -> None:
-        pass
+        self.file.close()
 
 
 def _read_header(f, path: Path) -> dict:  # type: ignore[no-untyped-def]
@@ -228,11 +230,17 @@ class PreparedStore:
         """The stored transaction as committed at a COMMIT PREPARED (its LSNs and time).
 
         ``epilogue``: messages to read after the stored ones (evaluated lazily, at the end).
+        Raises FileNotFoundError if the entry was released meanwhile (see :meth:`release_through`).
+        Call ``release()`` on the result.
         """
-        with open(entry.path, "rb") as f:
+        f = open(entry.path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed by the transaction's release()
+        try:
             meta = _read_header(f, entry.path)
+        except BaseException:
+            f.close()
+            raise
         xid = int(meta["xid"])
-        source = _LazyTail(_StoredMessages(entry.path, xid), epilogue)
+        source = _LazyTail(_StoredMessages(entry.path, xid, f, f.tell()), epilogue)
         origin_lsn = meta.get("origin_lsn")
         return CommittedTransaction(
             xid=xid, first_lsn=parse_lsn(meta["first_lsn"]), commit_lsn=commit_lsn, end_lsn=end_lsn,
@@ -302,4 +310,4 @@ class _LazyTail:
             yield lsn, in_stream, self.head.xid, data
 
     def close(self) -> None:
-        pass
+        self.head.close()

@@ -118,8 +118,22 @@ class TwoPhaseStaging:
             if self._prepared.drop(outcome.xid, outcome.gid):
                 self.stats["rolled_back"] += 1
             return  # not stored: prepared before two-phase decoding began, so nothing of it was sent
+        before = self._rels
+
+        def restore() -> list[tuple[int, bool, bytes]]:
+            # The stored descriptions are those of the PREPARE: what is in force now comes back after.
+            return [row[:3] for rid, row in before.items()
+                    if (now := self._rels.get(rid)) is not None and now is not row and now[2] != row[2]]
+
         entry = self._prepared.get(outcome.xid, outcome.gid)
-        if entry is None:
+        txn = None
+        if entry is not None:
+            try:
+                txn = self._prepared.committed(entry, commit_lsn=outcome.commit_lsn, end_lsn=outcome.end_lsn,
+                                               timestamp=outcome.timestamp, epilogue=_Deferred(restore))
+            except FileNotFoundError:  # Spark committed past it just now and the store let it go
+                txn = None
+        if txn is None or entry is None:  # (entry None means txn None)
             with self._cond:
                 known = max(self._prepared.watermark, self._expected_start or 0, self._confirm_request, self._last_end)
             if outcome.end_lsn <= known:  # staged and in Delta already: a resend
@@ -130,14 +144,5 @@ class TwoPhaseStaging:
                 f"{format_lsn(outcome.commit_lsn)}, but its PREPARE is not in {self._prepared.directory}: the slot "
                 "moved past the PREPARE without this staging directory keeping it (deleted, or another consumer of "
                 f"slot {self.slot!r}); its changes cannot be read again — take a new snapshot into a new target")
-        before = self._rels
-
-        def restore() -> list[tuple[int, bool, bytes]]:
-            # The stored descriptions are those of the PREPARE: what is in force now comes back after.
-            return [row[:3] for rid, row in before.items()
-                    if (now := self._rels.get(rid)) is not None and now is not row and now[2] != row[2]]
-
-        txn = self._prepared.committed(entry, commit_lsn=outcome.commit_lsn, end_lsn=outcome.end_lsn,
-                                       timestamp=outcome.timestamp, epilogue=_Deferred(restore))
-        self._stage(txn)
+        self._stage(txn)  # releases it
         self._prepared.resolve(entry, outcome.end_lsn)
