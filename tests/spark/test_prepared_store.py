@@ -83,3 +83,14 @@ def test_a_prepare_sent_again_replaces_the_stored_copy_even_a_committed_one(tmp_
     assert entry.committed_end is None
     assert [p.suffix for p in tmp_path.iterdir()] == [".prepared"]
     assert _values(store.committed(entry, commit_lsn=1, end_lsn=2, timestamp=3))[-1].endswith(b"new")
+
+
+def test_the_store_knows_whether_it_saw_every_prepare_of_the_slot(tmp_path):
+    fresh = PreparedStore(tmp_path / "a").load()
+    assert not fresh.complete
+    fresh.begin(slot_had_two_phase=False, start_lsn=0x100)  # this stream turns two-phase on
+    fresh.begin(slot_had_two_phase=True, start_lsn=0x200)  # later starts change nothing
+    assert fresh.complete and PreparedStore(tmp_path / "a").load().complete
+    late = PreparedStore(tmp_path / "b").load()
+    late.begin(slot_had_two_phase=True, start_lsn=0x100)  # prepares before this start may be missing
+    assert not late.complete and not PreparedStore(tmp_path / "b").load().complete

@@ -19,7 +19,14 @@ Layout, under ``<stagingPath>/prepared/``:
   the slot moves past it must still find the messages);
 * ``committed-through``: the highest Spark-committed end LSN at which a ``.committed`` entry was
   deleted — so a COMMIT PREPARED whose entry is gone can be told apart, as a resend of one
-  already in Delta, from one whose prepare was never stored (then the pipeline stops and says so).
+  already in Delta, from one whose prepare was never stored;
+* ``since.json``: whether the store has existed since before the slot decoded prepared
+  transactions (``complete``). Then every PREPARE the server sent is here, and a COMMIT PREPARED
+  of an unknown transaction is one whose PREPARE the server never sent — an *empty* prepared
+  transaction (PostgreSQL 15 sends the COMMIT PREPARED of a prepared transaction with no
+  published change, without its PREPARE). Otherwise (the staging directory was replaced after
+  the slot turned two-phase on) such a COMMIT PREPARED may be one whose changes are lost, and the
+  pipeline stops and says so.
 
 An entry file: the magic line, a length-prefixed JSON header (xid, gid, prepare LSNs, origin),
 then records ``Int64 lsn, Int8 in_stream, Int32 length, Byte[length] message``: first the
@@ -58,6 +65,7 @@ _LEN = struct.Struct(">I")
 _RECORD = struct.Struct(">QBi")
 _NAME = re.compile(r"(\d{10})-([0-9a-f]{16})(?:\.([0-9A-F]{16}))?\.(prepared|committed)")
 _WATERMARK = "committed-through"
+_SINCE = "since.json"
 
 #: One stored message: (lsn, in_stream, pgoutput bytes).
 Message = tuple[int, bool, bytes]
@@ -137,6 +145,7 @@ class PreparedStore:
         self._lock = threading.Lock()
         self._entries: dict[str, PreparedEntry] = {}
         self._watermark = 0
+        self._complete: bool | None = None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -145,6 +154,8 @@ class PreparedStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         mark = self.directory / _WATERMARK
         self._watermark = parse_lsn(mark.read_text().strip()) if mark.exists() else 0
+        since = self.directory / _SINCE
+        self._complete = bool(json.loads(since.read_text())["complete"]) if since.exists() else None
         entries: dict[str, PreparedEntry] = {}
         for path in sorted(self.directory.iterdir()):
             match = _NAME.fullmatch(path.name)
@@ -171,6 +182,31 @@ class PreparedStore:
             log.info("prepared-transaction store %s: %d pending, %d committed awaiting Spark", self.directory,
                      pending, len(entries) - pending)
         return self
+
+    def begin(self, *, slot_had_two_phase: bool, start_lsn: int) -> None:
+        """The first stream of this store starts (the slot's two-phase state just before it).
+
+        A slot that did not decode prepared transactions yet turns it on at this start
+        (``two_phase_at`` = here): every PREPARE it sends from now on reaches this store. Written
+        once, durably, before any PREPARE can arrive.
+        """
+        if self._complete is not None:
+            return
+        complete = not slot_had_two_phase
+        since = self.directory / _SINCE
+        tmp = since.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"complete": complete, "first_stream_start": format_lsn(start_lsn)}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, since)
+        _fsync_dir(self.directory)
+        self._complete = complete
+
+    @property
+    def complete(self) -> bool:
+        """Whether every PREPARE the slot ever sent as such was offered to this store (see ``since.json``)."""
+        return bool(self._complete)
 
     @property
     def watermark(self) -> int:

@@ -190,7 +190,8 @@ class Stager(TwoPhaseStaging):
         self._pending_snapshot: tuple[dict, dict] = ({}, {})
         self._pending_since = 0.0
         self._prepared = PreparedStore(self.directory / "prepared")
-        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0}
+        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0,
+                      "empty_prepared": 0}
 
     # ------------------------------------------------------------------ life cycle
 
@@ -378,6 +379,8 @@ class Stager(TwoPhaseStaging):
             assert resolved is not None
             self._proto, self._parallel, self._binary = (resolved.proto_version, resolved.streaming_parallel,
                                                          resolved.binary)
+            self._prepared.begin(slot_had_two_phase=bool(stream.slot_info and stream.slot_info.two_phase),
+                                 start_lsn=stream.start_lsn)
             assembler = self._assembler()
             with self._cond:
                 self._streaming = True

@@ -139,6 +139,11 @@ class TwoPhaseStaging:
             if outcome.end_lsn <= known:  # staged and in Delta already: a resend
                 self.stats["duplicates"] += 1
                 return
+            if self._prepared.complete:  # the server never sent its PREPARE: it changed nothing published
+                log.debug("stager of slot %s: COMMIT PREPARED of %r without a PREPARE (an empty prepared "
+                          "transaction)", self.slot, outcome.gid)
+                self.stats["empty_prepared"] += 1
+                return
             raise PreparedLostError(
                 f"COMMIT PREPARED of transaction {outcome.gid!r} (xid {outcome.xid}) at "
                 f"{format_lsn(outcome.commit_lsn)}, but its PREPARE is not in {self._prepared.directory}: the slot "
