@@ -188,3 +188,41 @@ def test_relation_outside_a_transaction_reaches_the_next_transaction():
         Commit(commit_lsn=0x2000, end_lsn=0x2010, commit_timestamp=5),
     )
     assert [data[:1] for _, _, data in txn.messages()] == [b"R", b"I"]
+
+
+def test_hand_over_prepared_gives_the_prepare_and_its_outcomes_and_holds_nothing():
+    from walspark.changes.assembly import PreparedOutcome, PreparedTransaction
+
+    asm = TransactionAssembler(3, hand_over_prepared=True)
+    [prepared] = feed(
+        asm,
+        BeginPrepare(prepare_lsn=0x2000, end_lsn=0x2010, prepare_timestamp=1, xid=5, gid="g1"),
+        Origin(commit_lsn=0x77, name="up"),
+        insert("a"),
+        Prepare(prepare_lsn=0x2000, end_lsn=0x2010, prepare_timestamp=1, xid=5, gid="g1"),
+    )
+    assert isinstance(prepared, PreparedTransaction)
+    assert (prepared.xid, prepared.gid, prepared.prepare_lsn, prepared.end_lsn, prepared.origin) == (
+        5, "g1", 0x2000, 0x2010, "up")
+    assert values(prepared) == ["a"] and prepared.count == 1
+    prepared.release()
+    assert asm.open_transactions == 0 and asm.memory_bytes == 0 and asm.confirm_floor() is None
+    # The outcomes come even for a gid the assembler never saw (the consumer holds it, maybe since
+    # before a restart); a streamed prepare is handed over the same way.
+    events = feed(
+        asm,
+        CommitPrepared(commit_lsn=0x3100, end_lsn=0x3110, commit_timestamp=3, xid=5, gid="g1"),
+        RollbackPrepared(prepare_end_lsn=0x2110, rollback_end_lsn=0x3210, prepare_timestamp=1,
+                         rollback_timestamp=4, xid=6, gid="g2"),
+        StreamStart(xid=9, first_segment=True),
+        insert("b", 9),
+        StreamStop(),
+        StreamPrepare(prepare_lsn=0x4000, end_lsn=0x4010, prepare_timestamp=5, xid=9, gid="sp"),
+        start_lsn=0x3000,
+    )
+    assert events[:2] == [
+        PreparedOutcome(0x3000, 5, "g1", True, 0x3100, 0x3110, 3),
+        PreparedOutcome(0x3010, 6, "g2", False, 0, 0x3210, 4),
+    ]
+    assert isinstance(events[2], PreparedTransaction) and events[2].streamed and values(events[2]) == ["b"]
+    assert [in_stream for _, in_stream, _ in events[2].messages()] == [True]

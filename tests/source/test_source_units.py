@@ -304,3 +304,22 @@ def test_redacting_a_redacted_message_keeps_its_punctuation() -> None:
     tail = redact_secrets("failed (host=db password=***); check the host", dsn)
     assert tail == "failed (host=db password=***); check the host"
     assert redact_secrets("password=***x", None) == "password=***"  # not a mask: still masked
+
+
+def test_two_phase_auto_is_on_where_the_protocol_has_it():
+    auto = StreamOptions(("p",), two_phase=None)
+    assert auto.resolve(180000).two_phase and auto.resolve(150000).two_phase
+    assert dict(auto.resolve(150000).plugin_options())["two_phase"] == "true"
+    assert not auto.resolve(140000).two_phase and "two_phase" not in dict(auto.resolve(140000).plugin_options())
+    assert not StreamOptions(("p",), two_phase=None, proto_version=2).resolve(180000).two_phase
+    assert not StreamOptions(("p",)).resolve(180000).two_phase  # the default stays off
+
+
+def test_the_spark_source_asks_for_two_phase_on_streams_not_on_peeks():
+    from walspark.spark.options import SourceOptions
+
+    base = {"dsn": "dbname=x", "slot": "s", "publication": "p"}
+    assert SourceOptions.parse({**base, "stagingPath": "/tmp/x"}).stream_options().two_phase is None
+    assert SourceOptions.parse({**base, "peek": "true"}).stream_options().two_phase is False
+    assert SourceOptions.parse({**base, "twoPhase": "false"}).stream_options().two_phase is False
+    assert SourceOptions.parse({**base, "peek": "true", "twoPhase": "true"}).stream_options().two_phase is True

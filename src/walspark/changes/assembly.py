@@ -17,6 +17,14 @@ own reorder buffer does), and hands out :class:`CommittedTransaction` objects wh
 when, a transaction commits. Change messages are kept as raw bytes: turning them into rows is
 the next step's job and may run elsewhere (Spark tasks); the assembler decodes only the
 control messages it needs.
+
+A prepared transaction is complete at its Prepare but takes effect only at its Commit Prepared,
+which may come after a restart — when the server no longer sends the prepare (it does not
+decode a PREPARE again once the slot is confirmed past it). By default the assembler holds
+prepared transactions in memory (:meth:`TransactionAssembler.confirm_floor` then says how far
+the slot may move). A consumer that keeps them durably itself passes ``hand_over_prepared``:
+the assembler then hands each one out at its Prepare (:class:`PreparedTransaction`) and each
+outcome as a :class:`PreparedOutcome`, and holds nothing across them.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import itertools
 import struct
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from walspark.protocol import (
@@ -47,6 +55,13 @@ from walspark.protocol import (
 )
 
 from .spill import Entry, SpillError, TxnBuffer
+from .transactions import (
+    CommittedTransaction,
+    MessageSource,
+    NonTransactionalMessage,
+    PreparedOutcome,
+    PreparedTransaction,
+)
 
 #: Default memory budget for buffered transaction messages (bytes).
 DEFAULT_MEMORY_BUDGET = 256 * 1024 * 1024
@@ -64,57 +79,6 @@ class AssemblyError(ProtocolError):
     """The messages are well formed but out of order (e.g. an Insert outside any transaction)."""
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedTransaction:
-    """One transaction that committed, with its data messages in the order they were sent.
-
-    ``messages()`` yields ``(lsn, in_stream, pgoutput bytes)`` for the Relation, Type, Insert,
-    Update, Delete, Truncate and transactional Message messages — not for the control messages
-    (Begin, Commit, Stream …, Origin), whose facts are the fields here. ``in_stream`` says
-    whether the bytes carry the streamed-block Xid field, which a decoder needs to know.
-    Subtransactions that rolled back are already left out.
-    """
-
-    xid: int
-    first_lsn: int
-    commit_lsn: int
-    end_lsn: int
-    commit_timestamp: int
-    origin: str | None
-    origin_lsn: int | None
-    gid: str | None
-    streamed: bool
-    count: int
-    _buffer: TxnBuffer = field(repr=False, compare=False)
-
-    def messages(self) -> Iterator[tuple[int, bool, bytes]]:
-        """The data messages; a :class:`~.spill.SpillError` here releases the transaction.
-
-        A spilled transaction's last writes reach the disk only when it is read back, so a full
-        disk can surface here, after the commit. The transaction is then unreadable: its spill
-        file is deleted at once rather than left on the full disk for a consumer that is
-        unwinding from the error and may never call :meth:`release`.
-        """
-        try:
-            for lsn, in_stream, _subxid, data in self._buffer:
-                yield lsn, in_stream, data
-        except SpillError:
-            self._buffer.close()
-            raise
-
-    def release(self) -> None:
-        """Free the memory or spill file behind this transaction (call when done with it)."""
-        self._buffer.close()
-
-
-@dataclass(frozen=True, slots=True)
-class NonTransactionalMessage:
-    """A ``pg_logical_emit_message(false, …)`` message: delivered at once, outside any transaction."""
-
-    lsn: int
-    message: Message
-
-
 @dataclass(slots=True)
 class _OpenTxn:
     xid: int
@@ -128,7 +92,8 @@ class _OpenTxn:
     prepare_lsn: int = 0
 
 
-Event = CommittedTransaction | NonTransactionalMessage
+#: What :meth:`TransactionAssembler.feed` hands out.
+Event = CommittedTransaction | NonTransactionalMessage | PreparedTransaction | PreparedOutcome
 
 
 class TransactionAssembler:
@@ -136,7 +101,7 @@ class TransactionAssembler:
 
     ``memory_budget`` bounds the bytes of buffered messages across all open transactions;
     past it, the largest in-memory buffers spill to files under ``spill_dir`` (a temporary
-    directory by default).
+    directory by default). ``hand_over_prepared``: see the module docstring.
     """
 
     def __init__(
@@ -146,7 +111,9 @@ class TransactionAssembler:
         streaming_parallel: bool = False,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         spill_dir: str | Path | None = None,
+        hand_over_prepared: bool = False,
     ) -> None:
+        self.hand_over_prepared = hand_over_prepared
         self._decoder = Decoder(protocol_version, streaming_parallel=streaming_parallel)
         self.memory_budget = memory_budget
         self._spill_dir = Path(spill_dir) if spill_dir is not None else None
@@ -256,8 +223,7 @@ class TransactionAssembler:
 
     def _prepare(self, lsn: int, message: Prepare) -> list[Event]:
         txn = self._take_current(lsn, "Prepare")
-        self._hold_prepared(txn, message.gid, message.prepare_lsn)
-        return []
+        return self._hold_prepared(txn, message)
 
     def _take_current(self, lsn: int, what: str) -> _OpenTxn:
         txn = self._current
@@ -299,8 +265,7 @@ class TransactionAssembler:
 
     def _stream_prepare(self, lsn: int, message: StreamPrepare) -> list[Event]:
         txn = self._take_streamed(lsn, message.xid, "StreamPrepare")
-        self._hold_prepared(txn, message.gid, message.prepare_lsn)
-        return []
+        return self._hold_prepared(txn, message)
 
     def _take_streamed(self, lsn: int, xid: int, what: str) -> _OpenTxn:
         if self._stream_xid is not None:
@@ -310,12 +275,23 @@ class TransactionAssembler:
             txn = _OpenTxn(xid, lsn, TxnBuffer(), streamed=True)
         return txn
 
-    def _hold_prepared(self, txn: _OpenTxn, gid: str, prepare_lsn: int) -> None:
-        txn.gid, txn.prepare_lsn = gid, prepare_lsn
-        self._prepared[gid] = txn
+    def _hold_prepared(self, txn: _OpenTxn, message: Prepare | StreamPrepare) -> list[Event]:
+        txn.gid, txn.prepare_lsn = message.gid, message.prepare_lsn
+        if not self.hand_over_prepared:
+            self._prepared[message.gid] = txn
+            return []
+        self.memory_bytes -= txn.buffer.memory_bytes
+        return [PreparedTransaction(
+            xid=txn.xid, gid=message.gid, first_lsn=txn.first_lsn, prepare_lsn=message.prepare_lsn,
+            end_lsn=message.end_lsn, prepare_timestamp=message.prepare_timestamp, origin=txn.origin,
+            origin_lsn=txn.origin_lsn, streamed=txn.streamed, count=txn.buffer.count, _buffer=txn.buffer,
+        )]
 
     def _commit_prepared(self, lsn: int, message: CommitPrepared) -> list[Event]:
         txn = self._prepared.pop(message.gid, None)
+        if txn is None and self.hand_over_prepared:
+            return [PreparedOutcome(lsn, message.xid, message.gid, True, message.commit_lsn, message.end_lsn,
+                                    message.commit_timestamp)]
         if txn is None:
             raise AssemblyError(
                 f"Commit Prepared for transaction {message.gid!r}, whose prepare was never received: "
@@ -330,6 +306,9 @@ class TransactionAssembler:
         txn = self._prepared.pop(message.gid, None)
         if txn is not None:
             self._release(txn)
+        if self.hand_over_prepared:
+            return [PreparedOutcome(lsn, message.xid, message.gid, False, 0, message.rollback_end_lsn,
+                                    message.rollback_timestamp)]
         return []
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -447,6 +426,9 @@ __all__ = [
     "CommittedTransaction",
     "DEFAULT_MEMORY_BUDGET",
     "Entry",
+    "MessageSource",
     "NonTransactionalMessage",
+    "PreparedOutcome",
+    "PreparedTransaction",
     "TransactionAssembler",
 ]

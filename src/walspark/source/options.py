@@ -61,8 +61,11 @@ class StreamOptions:
             protocol is ≥ 2: large transactions are streamed before commit so that neither the
             server nor we hold them whole. ``"parallel"`` needs protocol 4; its only visible
             effect is that Stream Abort carries the abort LSN and time.
-        two_phase: decode prepared transactions at PREPARE (protocol ≥ 3). Note that
-            PostgreSQL then enables two-phase on the slot for good.
+        two_phase: decode prepared transactions at PREPARE (protocol ≥ 3); ``None`` means on
+            where the protocol allows it (≥ 3, PostgreSQL 15+), off otherwise. PostgreSQL then
+            enables two-phase on the slot for good (``two_phase_at`` = where that stream
+            started): a consumer must then handle Begin Prepare … Prepare, Commit Prepared and
+            Rollback Prepared, and keep a prepared transaction until its outcome.
         origin: ``"any"`` or ``"none"`` (only changes without a replication origin),
             PostgreSQL ≥ 16.
     """
@@ -72,7 +75,7 @@ class StreamOptions:
     binary: bool = False
     messages: bool = False
     streaming: Streaming | bool | None = None
-    two_phase: bool = False
+    two_phase: bool | None = False
     origin: OriginFilter | None = None
 
     def __post_init__(self) -> None:
@@ -105,7 +108,8 @@ class StreamOptions:
             raise OptionError(f"streaming={streaming} needs proto_version >= 2 (PostgreSQL 14+), got {proto}")
         if streaming == "parallel" and proto < 4:
             raise OptionError(f"streaming=parallel needs proto_version 4 (PostgreSQL 16+), got {proto}")
-        if self.two_phase and proto < 3:
+        two_phase = self.two_phase if self.two_phase is not None else proto >= 3
+        if two_phase and proto < 3:
             raise OptionError(f"two_phase needs proto_version >= 3 (PostgreSQL 15+), got {proto}")
         if (self.binary or self.messages) and major < 14:
             raise OptionError(f"binary and messages need PostgreSQL 14+, server is {major}")
@@ -117,7 +121,7 @@ class StreamOptions:
             binary=self.binary,
             messages=self.messages,
             streaming=streaming,
-            two_phase=self.two_phase,
+            two_phase=two_phase,
             origin=self.origin,
             server_major=major,
         )

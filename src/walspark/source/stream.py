@@ -73,7 +73,7 @@ from .errors import (
 from .names import validate_slot_name
 from .options import ResolvedOptions, StreamOptions, start_replication_command
 from .reconnect import ReconnectPolicy
-from .slots import _row_to_info, _slot_query, create_slot_command
+from .slots import SlotInfo, _row_to_info, _slot_query, create_slot_command
 
 __all__ = ["RawMessage", "Reconnected", "ReplicationStream", "StreamItem", "StreamPositions"]
 
@@ -220,6 +220,9 @@ class ReplicationStream:
         self._temp_slot_created = False
 
         self.options: ResolvedOptions | None = None
+        #: The slot as it was just before the last START_REPLICATION (e.g. whether two-phase
+        #: decoding was already on: the start may turn it on).
+        self.slot_info: SlotInfo | None = None
         self.server_version: int | None = None
         self.backend_pid: int | None = None
         self.start_lsn = start_lsn
@@ -553,6 +556,7 @@ class ReplicationStream:
             self._in_txn = False
             self._open_streams.clear()
             self.options = resolved
+            self.slot_info = info
             self.server_version = version
             self.backend_pid = conn.get_backend_pid()
             self.start_lsn = start

@@ -30,7 +30,7 @@ _KNOWN = {k.lower(): k for k in (
     "path", "dsn", "slot", "publication", "table", "peek", "stagingPath", "maxRowsPerBatch", "maxBytesPerBatch",
     "protoVersion", "binary", "streaming", "segmentMaxRows", "segmentMaxBytes", "segmentMaxDelayMs", "stagingMaxBytes",
     "partitionRows", "numPartitions", "memoryBudget", "batchRows", "slotWaitSeconds", "availableNowTimeoutSeconds",
-    "statusIntervalSeconds", "heartbeatSeconds",
+    "statusIntervalSeconds", "heartbeatSeconds", "twoPhase",
 )}
 
 
@@ -100,6 +100,7 @@ class SourceOptions:
     available_now_timeout_seconds: float = 600.0
     status_interval_seconds: float = 1.0
     heartbeat_seconds: float = 0.0
+    two_phase: bool | None = None  # None: on where the server supports it (PostgreSQL 15+)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -142,6 +143,7 @@ class SourceOptions:
             available_now_timeout_seconds=_float(opts, "availablenowtimeoutseconds", 600.0),
             status_interval_seconds=_float(opts, "statusintervalseconds", 1.0),
             heartbeat_seconds=_float(opts, "heartbeatseconds", 0.0, allow_zero=True),
+            two_phase=None if g("twoPhase") in (None, "", "auto") else _bool(opts, "twophase", True),
         )
         parsed._validate()
         return parsed
@@ -168,6 +170,9 @@ class SourceOptions:
         """pgoutput options for the slot (unset ones negotiated from the server version)."""
         return StreamOptions(self.publications, proto_version=self.proto_version, binary=self.binary,
                              streaming=self.streaming,  # type: ignore[arg-type]
+                             # a stream keeps prepared transactions (staging); a peek must not turn two-phase
+                             # on for the slot (PostgreSQL would keep it on for good)
+                             two_phase=self.two_phase if self.two_phase is not None else (False if self.peek else None),
                              messages=self.heartbeat_seconds > 0)  # heartbeats come back as messages
 
     def require_batch(self) -> None:

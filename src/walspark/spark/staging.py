@@ -20,13 +20,17 @@ Guarantees, and how they hold:
 * **The slot never runs ahead of Spark.** The stream runs with ``idle_confirm`` off and is
   confirmed only from :meth:`Stager.commit`, which Spark calls after the batch's commit log entry
   is durable. (Deferred while the stream has not yet re-received that far after a restart.)
+* **A prepared transaction survives a restart.** Two-phase decoding sends it at its PREPARE and,
+  once the slot is past that, never again; it is written durably to the prepared store
+  (:mod:`.prepared`) before anything after it is staged, and staged at its COMMIT PREPARED.
 * **Shape drift stops staging just before it.** A change (insert, update, delete, truncate) of a
   relation whose Relation message in force does not fit the query's schema ends staging before
   its transaction; once everything before it has been served, planning raises
   :class:`~.schema.SchemaChangedError`. A Relation message alone never does: pgoutput also
   describes a leaf partition whose changes it publishes as its root's. Every non-fitting shape
   of that transaction is recorded in the staging directory first (:mod:`.shapes`), so the next
-  query declares them and gets past it.
+  query declares them and gets past it. (A prepared transaction is checked when its COMMIT
+  PREPARED stages it; a barrier there keeps it in the prepared store for the next query.)
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
+from walspark.changes.assembly import (
+    CommittedTransaction,
+    PreparedOutcome,
+    PreparedTransaction,
+    TransactionAssembler,
+)
 from walspark.changes.relations import RelationCache
 from walspark.protocol import Relation, Type, decode_message, format_lsn, parse_lsn
 from walspark.source.dsn import redact_secrets
@@ -52,9 +61,11 @@ from walspark.values import TypeRegistry
 
 from .decode import relation_ids
 from .offsets import TxnEntry
+from .prepared import PreparedStore
 from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
 from .shapes import record_barrier
 from .segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
+from .two_phase import TwoPhaseStaging
 
 __all__ = ["StagingError", "Stager"]
 
@@ -102,7 +113,7 @@ _Columns = tuple[tuple[str, int, int], ...]
 _PreludeRow = tuple[int, bool, bytes, "int | None"]
 
 
-class Stager:
+class Stager(TwoPhaseStaging):
     """Stages a slot's committed transactions into segments under ``directory/segments``.
 
     Call :meth:`start` (loads what is already staged, then streams in a thread), read with
@@ -188,7 +199,9 @@ class Stager:
         self._pending_touched: set[int] = set()
         self._pending_snapshot: tuple[dict, dict] = ({}, {})
         self._pending_since = 0.0
-        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0}
+        self._prepared = PreparedStore(self.directory / "prepared")
+        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0,
+                      "empty_prepared": 0}
 
     # ------------------------------------------------------------------ life cycle
 
@@ -225,6 +238,7 @@ class Stager:
         idle = self.directory / _IDLE_MARK
         self._idle_mark = parse_lsn(idle.read_text().strip()) if idle.exists() else 0
         shutil.rmtree(self.directory / "spill", ignore_errors=True)
+        self._prepared.load()
         segments = remove_incomplete_tail(self.segment_dir)
         entries = list(iter_entries(segments))
         with self._cond:
@@ -360,6 +374,7 @@ class Stager:
                 pass
         with self._cond:
             self._staged_bytes = max(0, self._staged_bytes - freed)
+        self._prepared.release_through(end)  # committed prepared transactions Spark now has
 
     # ------------------------------------------------------------------ the thread
 
@@ -374,6 +389,8 @@ class Stager:
             assert resolved is not None
             self._proto, self._parallel, self._binary = (resolved.proto_version, resolved.streaming_parallel,
                                                          resolved.binary)
+            self._prepared.begin(slot_had_two_phase=bool(stream.slot_info and stream.slot_info.two_phase),
+                                 start_lsn=stream.start_lsn)
             assembler = self._assembler()
             with self._cond:
                 self._streaming = True
@@ -402,6 +419,10 @@ class Stager:
                     for event in assembler.feed(data_start, item.payload):  # type: ignore[union-attr]
                         if event.__class__ is CommittedTransaction:
                             self._stage(event)  # type: ignore[arg-type]
+                        elif event.__class__ is PreparedTransaction:
+                            self._store_prepared(event)  # type: ignore[arg-type]
+                        elif event.__class__ is PreparedOutcome:
+                            self._prepared_outcome(event)  # type: ignore[arg-type]
                     if clock() - last_housekeeping < 0.05:
                         continue  # busy: housekeeping at most every 50 ms
                 last_ping = self._housekeeping(stream, last_ping)
@@ -446,7 +467,7 @@ class Stager:
 
     def _assembler(self) -> TransactionAssembler:
         return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
-                                    spill_dir=self.directory / "spill")
+                                    spill_dir=self.directory / "spill", hand_over_prepared=True)
 
     def _open_stream(self) -> ReplicationStream | None:
         """Open the stream; a slot still held by a previous (killed) run is waited for."""

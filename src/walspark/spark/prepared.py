@@ -1,0 +1,349 @@
+"""The stager's durable store of prepared transactions (two-phase commit).
+
+PostgreSQL decodes a prepared transaction at its PREPARE and, once the slot is confirmed past
+that point, never again: after a restart only the COMMIT PREPARED (or ROLLBACK PREPARED)
+follows (``DecodePrepare`` skips a prepare before the slot's confirmed position). Its subscriber
+survives that because it applies the transaction locally and prepares it there, in the same
+local transaction that advances its replication origin (``apply_handle_prepare`` in
+``worker.c``). walspark cannot prepare a Delta transaction, so the stager does the equivalent
+with files: at the PREPARE it writes the transaction's raw messages here — fsynced, then
+atomically renamed — before it stages anything that follows, so before the slot can be
+confirmed past it. At the COMMIT PREPARED the stored copy is staged like any committed
+transaction, at the COMMIT PREPARED's end LSN and commit time; a ROLLBACK PREPARED deletes it.
+
+Layout, under ``<stagingPath>/prepared/``:
+
+* ``<xid:010d>-<gid digest>.prepared``: a prepared transaction awaiting its outcome;
+* ``<xid:010d>-<gid digest>.<end LSN:016X>.committed``: committed at that end LSN and staged —
+  kept until Spark commits a batch at or past it (a COMMIT PREPARED the server sends again before
+  the slot moves past it must still find the messages);
+* ``committed-through``: the highest Spark-committed end LSN at which a ``.committed`` entry was
+  deleted — so a COMMIT PREPARED whose entry is gone can be told apart, as a resend of one
+  already in Delta, from one whose prepare was never stored;
+* ``since.json``: whether the store has existed since before the slot decoded prepared
+  transactions (``complete``). Then every PREPARE the server sent is here, and a COMMIT PREPARED
+  of an unknown transaction is one whose PREPARE the server never sent — an *empty* prepared
+  transaction (PostgreSQL 15 sends the COMMIT PREPARED of a prepared transaction with no
+  published change, without its PREPARE). Otherwise (the staging directory was replaced after
+  the slot turned two-phase on) such a COMMIT PREPARED may be one whose changes are lost, and the
+  pipeline stops and says so.
+
+An entry file: the magic line, a length-prefixed JSON header (xid, gid, prepare LSNs, origin),
+then records ``Int64 lsn, Int8 in_stream, Int32 length, Byte[length] message``: first the
+**prelude** — the Type messages and the Relation messages in force at the PREPARE for the
+relations the transaction changes (pgoutput sends a relation's description once per
+connection, possibly long before, or inside this very transaction while the connection that
+will carry the COMMIT PREPARED is another) — then the transaction's own data messages.
+
+Pure file I/O: no Spark, no database; the Stager calls it from its thread and from ``commit``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
+from walspark.changes.spill import Entry
+from walspark.protocol import format_lsn, parse_lsn
+
+__all__ = ["PreparedEntry", "PreparedStore", "PreparedStoreError"]
+
+log = logging.getLogger(__name__)
+
+_MAGIC = b"walspark-prepared 1\n"
+_LEN = struct.Struct(">I")
+_RECORD = struct.Struct(">QBi")
+_NAME = re.compile(r"(\d{10})-([0-9a-f]{16})(?:\.([0-9A-F]{16}))?\.(prepared|committed)")
+_WATERMARK = "committed-through"
+_SINCE = "since.json"
+
+#: One stored message: (lsn, in_stream, pgoutput bytes).
+Message = tuple[int, bool, bytes]
+
+
+class PreparedStoreError(RuntimeError):
+    """An entry of the prepared-transaction store cannot be read (damaged, truncated)."""
+
+
+def _key(xid: int, gid: str) -> str:
+    return f"{xid:010d}-{hashlib.sha256(gid.encode()).hexdigest()[:16]}"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEntry:
+    """One stored transaction: where it is and, once committed and staged, at which end LSN."""
+
+    key: str
+    path: Path
+    committed_end: int | None = None
+
+
+class _StoredMessages:
+    """A stored entry's messages, read lazily (a prepared transaction can be larger than memory).
+
+    The file is open from the start: Spark's commit may delete the entry meanwhile (a COMMIT
+    PREPARED sent again while the first one's batch is being committed), and an open file
+    stays readable. ``close`` closes it; the file itself belongs to the store.
+    """
+
+    def __init__(self, path: Path, xid: int, file: BinaryIO, body: int) -> None:
+        self.path, self.xid, self.file, self.body = path, xid, file, body
+
+    def __iter__(self) -> Iterator[Entry]:
+        f = self.file
+        f.seek(self.body)
+        while header := f.read(_RECORD.size):
+            if len(header) != _RECORD.size:
+                raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
+            lsn, in_stream, length = _RECORD.unpack(header)
+            data = f.read(length)
+            if len(data) != length:
+                raise PreparedStoreError(f"prepared transaction file {self.path} is truncated")
+            yield lsn, bool(in_stream), self.xid, data
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _read_header(f, path: Path) -> dict:  # type: ignore[no-untyped-def]
+    if f.read(len(_MAGIC)) != _MAGIC:
+        raise PreparedStoreError(f"{path} is not a walspark prepared-transaction file")
+    raw = f.read(_LEN.size)
+    if len(raw) != _LEN.size:
+        raise PreparedStoreError(f"prepared transaction file {path} is truncated")
+    (n,) = _LEN.unpack(raw)
+    return json.loads(f.read(n))
+
+
+class PreparedStore:
+    """Prepared transactions kept on disk from their PREPARE until Spark holds their commit.
+
+    Thread-safe: the stager's thread stores and resolves, Spark's ``commit`` (main thread)
+    releases.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+        self._entries: dict[str, PreparedEntry] = {}
+        self._watermark = 0
+        self._complete: bool | None = None
+
+    # ------------------------------------------------------------------ life cycle
+
+    def load(self) -> PreparedStore:
+        """Read the directory: temporary files of a crashed write go, committed entries Spark has go."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        mark = self.directory / _WATERMARK
+        self._watermark = parse_lsn(mark.read_text().strip()) if mark.exists() else 0
+        since = self.directory / _SINCE
+        self._complete = bool(json.loads(since.read_text())["complete"]) if since.exists() else None
+        entries: dict[str, PreparedEntry] = {}
+        for path in sorted(self.directory.iterdir()):
+            match = _NAME.fullmatch(path.name)
+            if match is None:
+                if path.name.endswith(".tmp"):
+                    path.unlink(missing_ok=True)
+                continue
+            key = f"{match.group(1)}-{match.group(2)}"
+            end = int(match.group(3), 16) if match.group(3) else None
+            if end is not None and end <= self._watermark:
+                path.unlink(missing_ok=True)
+                continue
+            have = entries.get(key)
+            if have is not None:  # a crash between writing a resent prepare and removing the old name
+                if have.committed_end is None:
+                    path.unlink(missing_ok=True)
+                    continue
+                have.path.unlink(missing_ok=True)
+            entries[key] = PreparedEntry(key, path, end)
+        with self._lock:
+            self._entries = entries
+        pending = sum(1 for e in entries.values() if e.committed_end is None)
+        if entries:
+            log.info("prepared-transaction store %s: %d pending, %d committed awaiting Spark", self.directory,
+                     pending, len(entries) - pending)
+        return self
+
+    def begin(self, *, slot_had_two_phase: bool, start_lsn: int) -> None:
+        """The first stream of this store starts (the slot's two-phase state just before it).
+
+        A slot that did not decode prepared transactions yet turns it on at this start
+        (``two_phase_at`` = here): every PREPARE it sends from now on reaches this store. Written
+        once, durably, before any PREPARE can arrive.
+        """
+        if self._complete is not None:
+            return
+        complete = not slot_had_two_phase
+        since = self.directory / _SINCE
+        tmp = since.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"complete": complete, "first_stream_start": format_lsn(start_lsn)}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, since)
+        _fsync_dir(self.directory)
+        self._complete = complete
+
+    @property
+    def complete(self) -> bool:
+        """Whether every PREPARE the slot ever sent as such was offered to this store (see ``since.json``)."""
+        return bool(self._complete)
+
+    @property
+    def watermark(self) -> int:
+        """The highest Spark-committed end LSN at which a committed entry was deleted."""
+        with self._lock:
+            return self._watermark
+
+    def pending(self) -> list[PreparedEntry]:
+        with self._lock:
+            return [e for e in self._entries.values() if e.committed_end is None]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    # ------------------------------------------------------------------ the stager's thread
+
+    def put(self, txn: PreparedTransaction, prelude: Iterable[Message]) -> PreparedEntry:
+        """Write a prepared transaction durably (prelude first); returns once it is on disk.
+
+        A PREPARE sent again (a restart before the slot moved past it) replaces the stored copy.
+        """
+        key = _key(txn.xid, txn.gid)
+        prelude = list(prelude)
+        final = self.directory / f"{key}.prepared"
+        tmp = self.directory / f"{key}.prepared.tmp"
+        header = json.dumps({
+            "xid": txn.xid, "gid": txn.gid, "first_lsn": format_lsn(txn.first_lsn),
+            "prepare_lsn": format_lsn(txn.prepare_lsn), "end_lsn": format_lsn(txn.end_lsn),
+            "prepare_timestamp": txn.prepare_timestamp, "origin": txn.origin,
+            "origin_lsn": None if txn.origin_lsn is None else format_lsn(txn.origin_lsn), "streamed": txn.streamed,
+            "count": len(prelude) + txn.count,
+        }).encode()
+        with open(tmp, "wb", buffering=1 << 20) as f:
+            f.write(_MAGIC + _LEN.pack(len(header)) + header)
+            for lsn, in_stream, data in (*prelude, *txn.messages()):
+                f.write(_RECORD.pack(lsn, in_stream, len(data)))
+                f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        _fsync_dir(self.directory)
+        entry = PreparedEntry(key, final)
+        with self._lock:
+            old = self._entries.get(key)
+            self._entries[key] = entry
+        if old is not None and old.path != final:
+            old.path.unlink(missing_ok=True)
+        return entry
+
+    def get(self, xid: int, gid: str) -> PreparedEntry | None:
+        with self._lock:
+            return self._entries.get(_key(xid, gid))
+
+    def committed(self, entry: PreparedEntry, *, commit_lsn: int, end_lsn: int, timestamp: int,
+                  epilogue: Iterable[Message] = ()) -> CommittedTransaction:
+        """The stored transaction as committed at a COMMIT PREPARED (its LSNs and time).
+
+        ``epilogue``: messages to read after the stored ones (evaluated lazily, at the end).
+        Raises FileNotFoundError if the entry was released meanwhile (see :meth:`release_through`).
+        Call ``release()`` on the result.
+        """
+        f = open(entry.path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed by the transaction's release()
+        try:
+            meta = _read_header(f, entry.path)
+        except BaseException:
+            f.close()
+            raise
+        xid = int(meta["xid"])
+        source = _LazyTail(_StoredMessages(entry.path, xid, f, f.tell()), epilogue)
+        origin_lsn = meta.get("origin_lsn")
+        return CommittedTransaction(
+            xid=xid, first_lsn=parse_lsn(meta["first_lsn"]), commit_lsn=commit_lsn, end_lsn=end_lsn,
+            commit_timestamp=timestamp, origin=meta.get("origin"),
+            origin_lsn=None if origin_lsn is None else parse_lsn(origin_lsn), gid=meta["gid"],
+            streamed=bool(meta.get("streamed")), count=int(meta.get("count", 0)), _buffer=source,
+        )
+
+    def resolve(self, entry: PreparedEntry, end_lsn: int) -> None:
+        """The transaction is staged at ``end_lsn``: keep it only until Spark commits that far."""
+        if entry.committed_end == end_lsn:
+            return
+        final = self.directory / f"{entry.key}.{end_lsn:016X}.committed"
+        os.replace(entry.path, final)
+        _fsync_dir(self.directory)
+        with self._lock:
+            self._entries[entry.key] = PreparedEntry(entry.key, final, end_lsn)
+
+    def drop(self, xid: int, gid: str) -> bool:
+        """ROLLBACK PREPARED: forget the transaction. Returns whether it was stored."""
+        with self._lock:
+            entry = self._entries.pop(_key(xid, gid), None)
+        if entry is None:
+            return False
+        entry.path.unlink(missing_ok=True)
+        return True
+
+    # ------------------------------------------------------------------ Spark's commit
+
+    def release_through(self, end: int) -> int:
+        """Spark committed everything up to ``end``: delete the committed entries at or below it.
+
+        The watermark is written (durably) before any entry goes, so that a later COMMIT
+        PREPARED for a deleted entry is recognised as one Spark already has. Returns how many
+        entries were deleted.
+        """
+        with self._lock:
+            doomed = [e for e in self._entries.values() if e.committed_end is not None and e.committed_end <= end]
+            if not doomed:
+                return 0
+            if end > self._watermark:
+                mark = self.directory / _WATERMARK
+                tmp = mark.with_suffix(".tmp")
+                with open(tmp, "w") as f:
+                    f.write(format_lsn(end))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, mark)
+                _fsync_dir(self.directory)
+                self._watermark = end
+            for e in doomed:
+                del self._entries[e.key]
+        for e in doomed:
+            e.path.unlink(missing_ok=True)
+        return len(doomed)
+
+
+class _LazyTail:
+    """A message source followed by messages computed only once the first is exhausted."""
+
+    def __init__(self, head: _StoredMessages, tail: Iterable[Message]) -> None:
+        self.head, self.tail = head, tail
+
+    def __iter__(self) -> Iterator[Entry]:
+        yield from self.head
+        for lsn, in_stream, data in self.tail:
+            yield lsn, in_stream, self.head.xid, data
+
+    def close(self) -> None:
+        self.head.close()
