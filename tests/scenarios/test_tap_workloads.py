@@ -122,7 +122,7 @@ class _OracleConnection:
         from psycopg.types.array import register_array
         from psycopg.types.composite import CompositeInfo, register_composite
         from psycopg.types.string import TextLoader
-        from psycopg import TypeInfo
+        from psycopg.types import TypeInfo
         from psycopg.pq import Format
 
         self._conn = conn
