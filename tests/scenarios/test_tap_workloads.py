@@ -68,7 +68,8 @@ def _walsender_dsn(dsn: str, workload: Workload) -> str:
 # The oracle's connection therefore loads each such value as its parts — an interval as
 # (months, days, microseconds), a range as (lower, upper, lower_inc, upper_inc, empty), a
 # composite as its fields, an enum as its label, ±infinity as that word — which are PostgreSQL's
-# own decompositions of the value, and NULL attnames as no columns.
+# own decompositions of the value; NULL attnames as no columns, whose rows are () (support.py
+# selects ``1`` for them but compares with the Delta side's empty rows).
 
 _INTERVAL_PART = re.compile(r"([+-]?\d+) (year|mon|day)s?")
 _INTERVAL_TIME = re.compile(r"([+-]?)(\d+):(\d+):(\d+(?:\.\d+)?)")
@@ -100,19 +101,31 @@ class _IntervalPartsLoader(Loader):
 def _infinity_aware(base: type[Loader]) -> type[Loader]:
     """A date/timestamp loader that gives ``infinity``/``-infinity`` as the word instead of failing."""
 
-    def load(self: Loader, data: Any) -> Any:
-        raw = bytes(data)
-        return raw.decode() if raw in (b"infinity", b"-infinity") else base.load(self, data)
+    class InfinityAware(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
 
-    return type(f"InfinityAware{base.__name__}", (base,), {"load": load})
+        def load(self, data: Any) -> Any:
+            raw = bytes(data)
+            return raw.decode() if raw in (b"infinity", b"-infinity") else self._base.load(data)
+
+    return InfinityAware
 
 
 def _range_parts(base: type[Loader]) -> type[Loader]:
-    def load(self: Loader, data: Any) -> tuple[Any, ...]:
-        rng = base.load(self, data)
-        return rng.lower, rng.upper, rng.lower_inc, rng.upper_inc, rng.isempty
+    """A range loader giving (lower, upper, lower_inc, upper_inc, empty)."""
 
-    return type(f"Parts{base.__name__}", (base,), {"load": load})
+    class RangeParts(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data: Any) -> tuple[Any, ...]:
+            rng = self._base.load(data)
+            return rng.lower, rng.upper, rng.lower_inc, rng.upper_inc, rng.isempty
+
+    return RangeParts
 
 
 class _OracleConnection:
@@ -153,6 +166,8 @@ class _OracleConnection:
     def execute(self, query: str, params: Any = None) -> psycopg.Cursor:
         if "t.attnames::text[]" in query:  # a table with no columns has NULL attnames
             query = query.replace("t.attnames::text[]", "coalesce(t.attnames::text[], '{}')")
+        if query.startswith("SELECT 1 FROM "):  # ... and its rows are (), as on the Delta side
+            query = "SELECT FROM " + query[len("SELECT 1 FROM "):]
         return self._conn.execute(query, params)
 
     def __getattr__(self, name: str) -> Any:
