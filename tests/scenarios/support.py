@@ -67,17 +67,31 @@ def published_tables(conn: psycopg.Connection, publications: str | Sequence[str]
     pubs = [publications] if isinstance(publications, str) else list(publications)
     major = conn.info.server_version // 10000
     if major >= 15:
+        # Before PostgreSQL 18, pgoutput never sends generated columns, although 15-17 list them
+        # in attnames of a publication without a column list.
+        cols_expr = "t.attnames::text[]" if major >= 18 else (
+            "ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = ANY(t.attnames)"
+            " AND a.attgenerated = '' ORDER BY a.attnum)")
         rows = conn.execute(
-            "SELECT t.schemaname::text, t.tablename::text, t.attnames::text[], t.rowfilter, c.relkind::text"
+            f"SELECT t.schemaname::text, t.tablename::text, {cols_expr}, t.rowfilter, c.relkind::text,"
+            # a partition whose ancestor is published too is published through that ancestor
+            # (publish_via_partition_root in any of the publications: pgoutput, pg_publication.c)
+            " EXISTS (SELECT FROM pg_publication_tables u JOIN pg_namespace un ON un.nspname = u.schemaname"
+            "  JOIN pg_class uc ON uc.relnamespace = un.oid AND uc.relname = u.tablename"
+            "  WHERE u.pubname = ANY(%s) AND uc.oid <> c.oid AND c.relispartition"
+            "  AND uc.oid IN (SELECT pg_partition_ancestors(c.oid)))"
             " FROM pg_publication_tables t"
             " JOIN pg_namespace n ON n.nspname = t.schemaname"
             " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
-            " WHERE t.pubname = ANY(%s) ORDER BY 1, 2", (pubs,)).fetchall()
+            " WHERE t.pubname = ANY(%s) ORDER BY 1, 2", (pubs, pubs)).fetchall()
         out: dict[tuple[str, str], PublishedTable] = {}
-        for schema, table, attnames, rowfilter, relkind in rows:
+        for schema, table, attnames, rowfilter, relkind, via_ancestor in rows:
+            if via_ancestor:
+                continue
             have = out.get((schema, table))
-            # attnames is NULL for a table without columns. A table in several publications: PostgreSQL publishes the union of columns, and
-            # no filter if any publication has none (pgoutput ORs the filters).
+            # attnames is NULL for a table without columns. A table in several publications:
+            # the union of columns (PostgreSQL refuses differing lists), and no filter if any
+            # publication has none (pgoutput ORs the filters).
             if have is not None:
                 cols = tuple(dict.fromkeys([*have.columns, *(attnames or ())]))
                 flt = None if have.rowfilter is None or rowfilter is None else f"({have.rowfilter}) OR ({rowfilter})"
