@@ -51,7 +51,7 @@ class PublishedTable:
         return f"{self.schema}.{self.table}"
 
     def source_query(self) -> str:
-        cols = ", ".join(_quote(c) for c in self.columns) or "1"
+        cols = ", ".join(_quote(c) for c in self.columns)  # none: rows of no columns, like Delta's side
         only = "" if self.partitioned else "ONLY "
         where = f" WHERE ({self.rowfilter})" if self.rowfilter else ""
         return f"SELECT {cols} FROM {only}{_quote(self.schema)}.{_quote(self.table)}{where}"
