@@ -79,7 +79,7 @@ BIG = 2000
 ORIGIN_NAME = "walspark_o1"
 ORIGIN_LSN = 0x1234
 
-SCHEMA = f"""
+SCHEMA = """
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
 CREATE TABLE ri_default (id int PRIMARY KEY, name text, note text);
 CREATE TABLE ri_full (id int PRIMARY KEY, name text, feeling mood);

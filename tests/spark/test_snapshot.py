@@ -34,7 +34,7 @@ from walspark.spark.snapshot import (  # noqa: E402
     read_record,
     run_snapshot,
 )
-from walspark.spark.snapshot_source import CtidRange, SnapshotSourcePlan  # noqa: E402
+from walspark.spark.snapshot_source import SnapshotSourcePlan  # noqa: E402
 from walspark.values import TypeRegistry, arrow_schema, column_codecs, register_catalog_rows  # noqa: E402
 from walspark.values import TYPE_CATALOG_QUERY  # noqa: E402
 

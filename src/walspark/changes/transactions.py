@@ -44,8 +44,23 @@ def _read(source: MessageSource) -> Iterator[tuple[int, bool, bytes]]:
         raise
 
 
+class _BufferedMessages:
+    """The messages behind a finished transaction, read lazily from its :class:`MessageSource`."""
+
+    __slots__ = ()
+    _buffer: MessageSource
+
+    def messages(self) -> Iterator[tuple[int, bool, bytes]]:
+        """The data messages; a :class:`~.spill.SpillError` here releases the transaction."""
+        return _read(self._buffer)
+
+    def release(self) -> None:
+        """Free the memory or spill file behind this transaction (call when done with it)."""
+        self._buffer.close()
+
+
 @dataclass(frozen=True, slots=True)
-class CommittedTransaction:
+class CommittedTransaction(_BufferedMessages):
     """One transaction that committed, with its data messages in the order they were sent.
 
     ``messages()`` yields ``(lsn, in_stream, pgoutput bytes)`` for the Relation, Type, Insert,
@@ -67,17 +82,9 @@ class CommittedTransaction:
     count: int
     _buffer: MessageSource = field(repr=False, compare=False)
 
-    def messages(self) -> Iterator[tuple[int, bool, bytes]]:
-        """The data messages; a :class:`~.spill.SpillError` here releases the transaction."""
-        return _read(self._buffer)
-
-    def release(self) -> None:
-        """Free the memory or spill file behind this transaction (call when done with it)."""
-        self._buffer.close()
-
 
 @dataclass(frozen=True, slots=True)
-class PreparedTransaction:
+class PreparedTransaction(_BufferedMessages):
     """A transaction just prepared (``hand_over_prepared`` only): complete, but not yet committed.
 
     Its fate comes later as a :class:`PreparedOutcome` with the same ``xid`` and ``gid``. The
@@ -96,13 +103,6 @@ class PreparedTransaction:
     streamed: bool
     count: int
     _buffer: MessageSource = field(repr=False, compare=False)
-
-    def messages(self) -> Iterator[tuple[int, bool, bytes]]:
-        """The data messages, as :meth:`CommittedTransaction.messages`."""
-        return _read(self._buffer)
-
-    def release(self) -> None:
-        self._buffer.close()
 
 
 @dataclass(frozen=True, slots=True)

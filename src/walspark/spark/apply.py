@@ -794,7 +794,6 @@ class ApplyChanges:
 
     def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
         """Apply a per-table change batch (a ``foreachBatch`` function)."""
-        from pyspark.sql import functions as F
 
         batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
         try:

@@ -56,6 +56,8 @@ from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
 from walspark.changes.spill import Entry
 from walspark.protocol import format_lsn, parse_lsn
 
+from .durable import fsync_dir, write_json_durably, write_text_durably
+
 __all__ = ["PreparedEntry", "PreparedStore", "PreparedStoreError"]
 
 log = logging.getLogger(__name__)
@@ -77,14 +79,6 @@ class PreparedStoreError(RuntimeError):
 
 def _key(xid: int, gid: str) -> str:
     return f"{xid:010d}-{hashlib.sha256(gid.encode()).hexdigest()[:16]}"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +187,8 @@ class PreparedStore:
         if self._complete is not None:
             return
         complete = not slot_had_two_phase
-        since = self.directory / _SINCE
-        tmp = since.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"complete": complete, "first_stream_start": format_lsn(start_lsn)}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, since)
-        _fsync_dir(self.directory)
+        write_json_durably(self.directory / _SINCE, {"complete": complete,
+                                                     "first_stream_start": format_lsn(start_lsn)})
         self._complete = complete
 
     @property
@@ -248,7 +236,7 @@ class PreparedStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         entry = PreparedEntry(key, final)
         with self._lock:
             old = self._entries.get(key)
@@ -291,7 +279,7 @@ class PreparedStore:
             return
         final = self.directory / f"{entry.key}.{end_lsn:016X}.committed"
         os.replace(entry.path, final)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         with self._lock:
             self._entries[entry.key] = PreparedEntry(entry.key, final, end_lsn)
 
@@ -318,14 +306,7 @@ class PreparedStore:
             if not doomed:
                 return 0
             if end > self._watermark:
-                mark = self.directory / _WATERMARK
-                tmp = mark.with_suffix(".tmp")
-                with open(tmp, "w") as f:
-                    f.write(format_lsn(end))
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, mark)
-                _fsync_dir(self.directory)
+                write_text_durably(self.directory / _WATERMARK, format_lsn(end))
                 self._watermark = end
             for e in doomed:
                 del self._entries[e.key]

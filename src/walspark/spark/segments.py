@@ -47,6 +47,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from .durable import fsync_dir
 from .offsets import TxnEntry
 
 __all__ = [
@@ -199,14 +200,6 @@ class SegmentBuilder:
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_segment(directory: Path, seq: int, batch: pa.RecordBatch, meta: SegmentMeta, *, first_end: int,
                   last_end: int) -> SegmentName:
     """Write one segment atomically (tmp file, fsync, rename, fsync directory)."""
@@ -220,7 +213,7 @@ def write_segment(directory: Path, seq: int, batch: pa.RecordBatch, meta: Segmen
         raw.flush()
         os.fsync(raw.fileno())
     os.replace(tmp, final)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return SegmentName(seq, first_end, last_end, final)
 
 

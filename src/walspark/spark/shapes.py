@@ -16,12 +16,13 @@ Pure file handling and Spark types: no I/O beyond the staging directory.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import types as T
+
+from .durable import write_json_durably
 
 __all__ = ["Barrier", "merge_recorded", "read_barrier", "record_barrier", "recorded_shapes"]
 
@@ -43,15 +44,6 @@ class Barrier:
         return "; ".join(f"table {table}: {reason}" for table, reason in self.reasons)
 
 
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _read_json(path: Path) -> object | None:
     try:
         return json.loads(path.read_text())
@@ -68,8 +60,8 @@ def record_barrier(directory: str | Path, end_lsn: int, shapes: Mapping[str, Seq
     tables: dict[str, object] = dict(data) if isinstance(data, dict) else {}
     for table, columns in shapes.items():
         tables[table] = {"end_lsn": end_lsn, "shapes": [[list(c) for c in shape] for shape in columns]}
-    _write_json(directory / SHAPES_FILE, tables)
-    _write_json(directory / BARRIER_FILE, {"end_lsn": end_lsn, "reasons": [list(r) for r in reasons]})
+    write_json_durably(directory / SHAPES_FILE, tables)
+    write_json_durably(directory / BARRIER_FILE, {"end_lsn": end_lsn, "reasons": [list(r) for r in reasons]})
 
 
 def read_barrier(directory: str | Path) -> Barrier | None:

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
 
+from .durable import write_json_durably
 from .snapshot_source import CtidRange, SnapshotSourcePlan
 from .snapshot_source import register as register_snapshot_source
 from .tables import TABLE_PROPERTIES, table_path
@@ -357,13 +358,7 @@ def _write_record(target: str, record: SnapshotRecord) -> None:
     """Replace the record atomically (write a sibling, fsync, rename): never a torn file."""
     path = record_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(record.to_dict(), fh, indent=2)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_json_durably(path, record.to_dict(), tmp=path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp"), indent=2)
 
 
 def _now() -> str:

@@ -60,6 +60,7 @@ from walspark.source.stream import Reconnected, ReplicationStream
 from walspark.values import TypeRegistry
 
 from .decode import relation_ids
+from .durable import write_text_durably
 from .offsets import TxnEntry
 from .prepared import PreparedStore
 from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
@@ -560,13 +561,7 @@ class Stager(TwoPhaseStaging):
         """
         if lsn <= self._idle_mark:
             return
-        path = self.directory / _IDLE_MARK
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(format_lsn(lsn))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_text_durably(self.directory / _IDLE_MARK, format_lsn(lsn))
         with self._cond:
             self._idle_mark = lsn
 
