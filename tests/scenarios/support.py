@@ -162,7 +162,44 @@ def _delta_rows(spark: SparkSession, target: str, table: PublishedTable) -> list
         raise AssertionError(f"Delta table {table.qualified} lacks published column(s) {missing}; has {frame.columns}")
     if not table.columns:
         return [() for _ in range(frame.count())]
-    return [tuple(r) for r in frame.select(*[f"`{c.replace('`', '``')}`" for c in table.columns]).collect()]
+    exprs, readers = [], []
+    for name in table.columns:
+        quoted = f"`{name.replace('`', '``')}`"
+        kind = frame.schema[name].dataType.typeName()
+        if kind in ("timestamp", "timestamp_ntz"):  # read as µs: ±infinity sentinels are past Python's datetime
+            exprs.append(f"unix_micros(CAST({quoted} AS TIMESTAMP))")
+            readers.append(_timestamp_from_micros)
+        elif kind == "date":
+            exprs.append(f"unix_date({quoted})")
+            readers.append(_date_from_days)
+        else:
+            exprs.append(quoted)
+            readers.append(None)
+    return [tuple(v if read is None else read(v) for v, read in zip(r, readers, strict=True))
+            for r in frame.selectExpr(*exprs).collect()]
+
+
+_INT64_MAX, _INT32_MAX = 2**63 - 1, 2**31 - 1
+
+
+def _timestamp_from_micros(micros: int | None) -> object:
+    """walspark's timestamp as the oracle compares it: a naive UTC datetime, or PostgreSQL's word for
+    ±infinity (stored as the int64 sentinels, docs/types.md)."""
+    if micros is None or abs(micros) == _INT64_MAX or micros == -_INT64_MAX - 1:
+        return None if micros is None else ("infinity" if micros > 0 else "-infinity")
+    try:
+        return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
+    except OverflowError:
+        return micros
+
+
+def _date_from_days(days: int | None) -> object:
+    if days is None or abs(days) < _INT32_MAX:
+        try:
+            return None if days is None else dt.date(1970, 1, 1) + dt.timedelta(days=days)
+        except OverflowError:
+            return days
+    return "infinity" if days > 0 else "-infinity"
 
 
 def publication_mismatches(conn: psycopg.Connection, spark: SparkSession, target: str,
