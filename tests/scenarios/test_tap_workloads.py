@@ -195,16 +195,33 @@ def _check(conn: _OracleConnection, spark, target: str, workload: Workload, cont
 
 
 def _final_expectations(workload: Workload) -> tuple[Expect, ...]:
-    """The latest TAP expectation of each (table, query) over all steps: the backlog's end state."""
-    latest: dict[tuple[str, tuple[str, ...]], Expect] = {}
-    for step in workload.steps:
-        for expect in step.expect:
-            latest[(expect.table, expect.select)] = expect
-    return tuple(latest.values())
+    """The TAP expectations of the last catch-up point: the backlog's end state. (An earlier
+    step's expectation may no longer hold once later steps changed its table: the oracle judges
+    every published table at the end anyway.)"""
+    return workload.steps[-1].expect if workload.steps else ()
 
 
-@pytest.mark.parametrize("mode", ["stepwise", "backlog"])
-@pytest.mark.parametrize("workload", WORKLOADS, ids=[w.name for w in WORKLOADS])
+#: Known divergences of issue 13 still open: each must fail (strict), so fixing it shows.
+KNOWN_GAPS = {
+    ("006_rewrite", "stepwise"): "ADD COLUMN ... DEFAULT with no later change of the table: the new column reaches "
+                                 "the target only with the table's next change (no Relation message before it)",
+    ("002_types", "stepwise"): "the oracle (not walspark) cannot read an infinite timestamp nested in an array or "
+                               "range from Delta: Python's datetime ends at year 9999 (top-level ones are read as "
+                               "numbers)",
+}
+
+
+def _params() -> list:
+    out = []
+    for workload in WORKLOADS:
+        for mode in ("stepwise", "backlog"):
+            gap = KNOWN_GAPS.get((workload.name, mode))
+            marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+            out.append(pytest.param(workload, mode, marks=marks, id=f"{workload.name}-{mode}"))
+    return out
+
+
+@pytest.mark.parametrize(("workload", "mode"), _params())
 def test_tap_workload(workload: Workload, mode: str, spark, pg18_dsn: str, tmp_path) -> None:
     target = str(tmp_path / "lake")
     dsn = _walsender_dsn(pg18_dsn, workload)
