@@ -185,6 +185,10 @@ def test_a_slot_moved_past_the_checkpoint_by_another_consumer_fails_the_query(sp
     assert query.awaitTermination(300)
     work.run(3)
     with psycopg.connect(source_dsn, autocommit=True) as conn:  # someone else consumes the slot
+        deadline = time.monotonic() + 60  # once the finished query's walsender has let it go
+        while conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 's'").fetchone()[0]:
+            assert time.monotonic() < deadline, "the finished query still holds slot s"
+            time.sleep(0.2)
         conn.execute("SELECT count(*) FROM pg_logical_slot_get_binary_changes('s', NULL, NULL,"
                      " 'proto_version', '1', 'publication_names', 'pub')")
     work.run(1)
