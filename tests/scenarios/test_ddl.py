@@ -9,10 +9,9 @@ existing rows without streaming them (a table rewrite: ALTER COLUMN TYPE to an u
 column added with a volatile default) must stop the run with one line naming the table, the
 change and what to do — and a second run must say the same at once.
 
-pgoutput sends no DDL: a table's new shape reaches the target with its next change (the Relation
-message before it), exactly as a PostgreSQL subscriber learns of it. So a step that alters a
-published column also changes a row of the table, or the oracle would compare the target with a
-shape it cannot have seen yet.
+pgoutput sends no DDL: a table's new shape reaches the stream with its next change (the Relation
+message before it). A table altered and then left alone is brought to the catalog's columns when
+the next query starts (``evolution.follow_catalog``): see the DDL-only test at the end.
 """
 
 from __future__ import annotations
@@ -175,6 +174,19 @@ def test_conflicting_shapes_in_one_transaction_stop_with_one_line(spark, pg18_ds
             conn.execute("UPDATE t SET b = 1 WHERE id = 2")
         line = _stops(pg18_dsn, target, "cannot get past the schema change in the transaction ending at")
         assert "table public.t: column 'b'" in line and "walspark slot drop --slot s" in line
+
+
+@MODES
+def test_ddl_alone_reaches_the_target_at_the_next_run(spark, pg18_dsn, tmp_path, backlog):
+    """Steps of DDL only (006_rewrite's ADD COLUMN ... DEFAULT, a rename, a drop and re-add with
+    another type and a default): nothing is streamed for them, and still the next run's target
+    has the catalog's columns with the values PostgreSQL's existing rows read."""
+    _workload(spark, pg18_dsn, tmp_path, [
+        "ALTER TABLE t ADD COLUMN d int NOT NULL DEFAULT 42, ADD COLUMN e text",
+        "ALTER TABLE t RENAME COLUMN b TO c",
+        "ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new'",
+        "UPDATE t SET c = 'after', a = 'x' WHERE id = 2; INSERT INTO t (id, c) VALUES (9, 'nine')",
+    ], backlog)
 
 
 def test_drop_column_backlog_and_constant_default_on_postgresql_15(spark, pg15_dsn, tmp_path):

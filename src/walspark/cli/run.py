@@ -189,6 +189,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         changes = spark.readStream.format("pgoutput").options(**options).load()
+        _follow_catalog(spark, settings, sink, changes.schema)
         writer = (
             changes.writeStream.foreachBatch(sink.foreach_batch)
             .option("checkpointLocation", settings.checkpoint)
@@ -212,6 +213,20 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             query.stop()
             return starts
         return starts
+
+
+def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema) -> None:  # type: ignore[no-untyped-def]
+    """Bring the existing Delta tables to the catalog's columns before the query starts: DDL is
+    not streamed, and a table altered but not written to since would otherwise lag behind."""
+    from walspark.source.connect import connect_sql
+    from walspark.source.publications import publication_list
+    from walspark.spark.schema import OutputLayout, published_tables
+
+    declared = OutputLayout.from_schema(schema, None).tables
+    with connect_sql(settings.dsn) as conn:
+        shapes = published_tables(conn, publication_list(settings.publication))
+    sink.follow_catalog(spark, [(s.schema, s.table, declared[s.qualified_name]) for s in shapes
+                                if s.qualified_name in declared])
 
 
 def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped-def]

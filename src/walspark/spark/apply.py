@@ -52,11 +52,17 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, Row, SparkSession
-    from pyspark.sql.types import DataType, StructField
+    from pyspark.sql.types import DataType, StructField, StructType
 
     from .progress import ProgressRow
 
-from .evolution import SchemaEvolutionError, TargetTable, _widening, follow_ddl  # noqa: F401 (re-exported)
+from .evolution import (  # noqa: F401
+    SchemaEvolutionError,
+    TargetTable,
+    _widening,
+    follow_catalog,
+    follow_ddl,
+)
 from .tables import quote, table_path
 
 log = logging.getLogger(__name__)
@@ -814,6 +820,20 @@ class ApplyChanges:
         """
         while self._progress:
             self._progress.pop(0).result()
+
+    def follow_catalog(self, spark: SparkSession, declared: Iterable[tuple[str, str, StructType]]) -> None:
+        """Give the existing target tables the columns the catalog has now, before a query starts.
+
+        ``declared``: (schema, table, declared struct) of each table the query reads. DDL is not
+        streamed, so a table altered and then left alone would otherwise keep its old columns
+        until its next change (see :func:`.evolution.follow_catalog`).
+        """
+        changed = False
+        for schema, name, struct in declared:
+            tgt = TargetTable(spark, table_path(self.target, schema, name), f"{schema}.{name}")
+            changed |= follow_catalog(tgt, struct.fields)
+        if changed:
+            self._known.clear()  # the remembered columns and attnums are stale now
 
     def parallelism(self, tables: int) -> ApplyChanges:
         """Apply up to this many tables of a batch at once (default 4; 1: one after the other)."""

@@ -20,6 +20,12 @@ without an attnum). Every Delta table records the attnum of its columns in the t
 * columns the batch lacks stay in the Delta table (dropped in PostgreSQL: NULL from then on).
 
 A table without the property (made before walspark recorded it) matches columns by name.
+
+DDL alone is not streamed: a table altered and then left alone would keep its old columns until
+its next change. So each query also follows the catalog before it starts (:func:`follow_catalog`)
+— the same identity rules, for the columns the catalog has now. That is safe before the backlog
+is applied because changes made before an ``ADD COLUMN`` reach the sink with the column's missing
+value (:mod:`.output`), and changes named as before a rename are folded into the new name.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ if TYPE_CHECKING:
 from .schema import ATTNUM_KEY, DEFAULT_KEY, MISSING_KEY
 from .tables import TABLE_PROPERTIES, quote
 
-__all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_ddl",
-           "parse_attnums"]
+__all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_catalog",
+           "follow_ddl", "parse_attnums"]
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +415,29 @@ def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
         rows = _alias_rows(rows, aliases)
         fields = [f for f in fields if f.name not in aliases]
     return rows, fields
+
+
+def follow_catalog(tgt: TargetTable, declared: Sequence[StructField]) -> bool:
+    """Give an existing Delta table the catalog's columns now (renames, re-adds, additions with
+    their missing value), before any change of the table carries them; True if it changed.
+
+    ``declared`` is the table's declared struct (the query's schema): only its catalog columns
+    (those with an attnum) are followed — older stream shapes are the batches' business. A table
+    without recorded attnums (made before walspark recorded them) is left to its batches. A
+    change that cannot be followed (a rewrite PostgreSQL does not stream) is left to the table's
+    next batch, which stops that table with the one-line reason; the other tables start anyway.
+    """
+    catalog = [f for f in declared if ATTNUM_KEY in (f.metadata or {})]
+    if not catalog or not tgt.exists():
+        return False
+    ids = tgt.column_ids()
+    if not ids.attnums or all(_settled(f, ids) for f in catalog):
+        return False
+    try:
+        return _follow(tgt, catalog) != ids
+    except SchemaEvolutionError as exc:
+        log.info("%s: left to the table's next batch: %s", tgt.qualified, exc)
+        return False
 
 
 def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
