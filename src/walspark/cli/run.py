@@ -212,12 +212,16 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             say("stopping (the last batch completes or is replayed on the next run)")
             query.stop()
             return starts
+        if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
+            _follow_catalog(spark, settings, sink, changes.schema, drained=True)
         return starts
 
 
-def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema) -> None:  # type: ignore[no-untyped-def]
-    """Bring the existing Delta tables to the catalog's columns before the query starts: DDL is
-    not streamed, and a table altered but not written to since would otherwise lag behind."""
+def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema,  # type: ignore[no-untyped-def]
+                    drained: bool = False) -> None:  # fmt: skip
+    """Bring the existing Delta tables to the catalog's columns (before a query, and after one that
+    drained the slot): DDL is not streamed, and a table altered but not written to since would
+    otherwise lag behind."""
     from walspark.source.connect import connect_sql
     from walspark.source.publications import publication_list
     from walspark.spark.schema import OutputLayout, published_tables
@@ -226,7 +230,7 @@ def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema) ->
     with connect_sql(settings.dsn) as conn:
         shapes = published_tables(conn, publication_list(settings.publication))
     sink.follow_catalog(spark, [(s.schema, s.table, declared[s.qualified_name]) for s in shapes
-                                if s.qualified_name in declared])
+                                if s.qualified_name in declared], drained=drained)
 
 
 def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped-def]

@@ -821,17 +821,19 @@ class ApplyChanges:
         while self._progress:
             self._progress.pop(0).result()
 
-    def follow_catalog(self, spark: SparkSession, declared: Iterable[tuple[str, str, StructType]]) -> None:
-        """Give the existing target tables the columns the catalog has now, before a query starts.
+    def follow_catalog(self, spark: SparkSession, declared: Iterable[tuple[str, str, StructType]], *,
+                       drained: bool = False) -> None:  # fmt: skip
+        """Give the existing target tables the columns the catalog has now: before a query starts,
+        and once it has ``drained`` the slot (see :func:`.evolution.follow_catalog`).
 
         ``declared``: (schema, table, declared struct) of each table the query reads. DDL is not
         streamed, so a table altered and then left alone would otherwise keep its old columns
-        until its next change (see :func:`.evolution.follow_catalog`).
+        until its next change.
         """
         changed = False
         for schema, name, struct in declared:
             tgt = TargetTable(spark, table_path(self.target, schema, name), f"{schema}.{name}")
-            changed |= follow_catalog(tgt, struct.fields)
+            changed |= follow_catalog(tgt, struct.fields, drained=drained)
         if changed:
             self._known.clear()  # the remembered columns and attnums are stale now
 

@@ -417,21 +417,31 @@ def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
     return rows, fields
 
 
-def follow_catalog(tgt: TargetTable, declared: Sequence[StructField]) -> bool:
-    """Give an existing Delta table the catalog's columns now (renames, re-adds, additions with
-    their missing value), before any change of the table carries them; True if it changed.
+def follow_catalog(tgt: TargetTable, declared: Sequence[StructField], *, drained: bool = False) -> bool:
+    """Give an existing Delta table the catalog's columns now, before any change of the table
+    carries them; True if it changed.
 
     ``declared`` is the table's declared struct (the query's schema): only its catalog columns
-    (those with an attnum) are followed — older stream shapes are the batches' business. A table
-    without recorded attnums (made before walspark recorded them) is left to its batches. A
-    change that cannot be followed (a rewrite PostgreSQL does not stream) is left to the table's
-    next batch, which stops that table with the one-line reason; the other tables start anyway.
+    (those with an attnum) are followed — older stream shapes are the batches' business. Before
+    a query (``drained`` False) the slot may still hold changes made under older shapes, so only
+    what those changes cannot contradict is done: renames (older changes are folded into the new
+    name) and columns whose name the table never had (older changes take their missing value).
+    A column dropped and added again under the same name waits until the stream is ``drained``
+    (everything the slot held when the query started is applied: ``run --once`` at its end), or
+    for the table's next change. A table without recorded attnums (made before walspark recorded
+    them) is left to its batches. A change that cannot be followed (a rewrite PostgreSQL does not
+    stream) is left to the table's next batch, which stops that table with the one-line reason.
     """
     catalog = [f for f in declared if ATTNUM_KEY in (f.metadata or {})]
     if not catalog or not tgt.exists():
         return False
     ids = tgt.column_ids()
-    if not ids.attnums or all(_settled(f, ids) for f in catalog):
+    if not ids.attnums:
+        return False
+    if not drained:  # a name the table holds under another attnum: a re-add, not yet
+        catalog = [f for f in catalog
+                   if ids.attnums.get(f.name, int(f.metadata[ATTNUM_KEY])) == int(f.metadata[ATTNUM_KEY])]
+    if all(_settled(f, ids) for f in catalog):
         return False
     try:
         return _follow(tgt, catalog) != ids
