@@ -197,3 +197,14 @@ def test_drop_column_backlog_and_constant_default_on_postgresql_15(spark, pg15_d
         "ALTER TABLE t ADD COLUMN d int DEFAULT 42; ALTER TABLE t RENAME COLUMN a TO aa",
         "INSERT INTO t (id, aa) VALUES (20, 20); UPDATE t SET d = 1 WHERE id = 4",
     ], True)
+
+
+@MODES
+def test_added_then_renamed_and_renamed_twice(spark, pg18_dsn, tmp_path, backlog):
+    """A column added, written, renamed; another renamed twice — changes under every name."""
+    _workload(spark, pg18_dsn, tmp_path, [
+        "ALTER TABLE t ADD COLUMN c text; UPDATE t SET c = 'c' || id WHERE id <= 2",
+        "ALTER TABLE t RENAME COLUMN c TO e; UPDATE t SET e = 'e' || id WHERE id = 3",
+        "ALTER TABLE t RENAME COLUMN b TO b2; UPDATE t SET b2 = 'two' WHERE id = 4",
+        "ALTER TABLE t RENAME COLUMN b2 TO b3; UPDATE t SET b3 = 'three' WHERE id = 5",
+    ], backlog)

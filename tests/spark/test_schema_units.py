@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from walspark.spark.evolution import ColumnIds, _aliases, _plan, parse_attnums, sql_string
-from walspark.spark.schema import ATTNUM_KEY
-from walspark.spark.shapes import merge_recorded, read_barrier, record_barrier, recorded_shapes
+from walspark.spark.evolution import (
+    ColumnIds,
+    _aliases,
+    _plan,
+    parse_attnums,
+    sql_string,
+)
+from walspark.spark.schema import AMBIGUOUS_KEY, ATTNUM_KEY, SAME_AS_KEY
+from walspark.spark.shapes import (
+    identify_old_columns,
+    merge_recorded,
+    read_barrier,
+    record_barrier,
+    recorded_shapes,
+)
 
 
 def _f(name: str, dtype: T.DataType, attnum: int | None = None) -> T.StructField:
@@ -33,6 +45,33 @@ def test_merge_keeps_catalog_facts_widens_and_lets_the_stream_win_a_conflict():
     got = {f.name: (f.dataType.simpleString(), (f.metadata or {}).get(ATTNUM_KEY)) for f in merged.fields}
     assert got == {"id": ("int", 1), "a": ("bigint", 2), "b": ("string", None), "gone": ("string", None)}
     assert [f.name for f in merge_recorded("public.new", None, [stream]).fields] == ["id", "a", "b", "gone"]
+
+
+def _shape(*names: str) -> T.StructType:
+    return T.StructType([_f(n, T.StringType() if n != "id" else T.IntegerType()) for n in names])
+
+
+def test_old_columns_are_found_by_their_place_among_attnums():
+    """pgoutput sends columns in attnum order and attnums are never reused: an older shape's
+    unknown columns are the attnums between the columns the catalog still names, when they are
+    as many; dropped attnums in the history are dead columns."""
+    catalog = T.StructType([_f("id", T.IntegerType(), 1), _f("a", T.StringType(), 2), _f("d", T.StringType(), 3),
+                            _f("e", T.StringType(), 5)])
+    history = {1: "id", 2: "a", 3: "d", 4: None, 5: "e"}
+    # b renamed to c and then to d; x (attnum 4) dropped since; e's older name c2
+    assert identify_old_columns(catalog, _shape("id", "a", "c"), history) == {"c": "d"}
+    assert identify_old_columns(catalog, _shape("id", "a", "b", "x", "c2"), history) == {"b": "d", "x": None,
+                                                                                      "c2": "e"}
+    # after d: x (4, dropped since) or e (5, renamed since) — both possible pasts
+    assert identify_old_columns(catalog, _shape("id", "a", "d", "y"), history) == {"y": True}
+    # ... unless the types tell: an int column cannot be e (text) now
+    int_y = T.StructType([*_shape("id", "a", "d").fields, _f("y", T.IntegerType())])
+    assert identify_old_columns(catalog, int_y, history) == {"y": None}
+    # names out of attnum order (swapped by renames): nothing the catalog does not name is trusted
+    assert identify_old_columns(catalog, _shape("id", "d", "a", "q"), history) == {"q": True}
+    merged = merge_recorded("public.t", catalog, [_shape("id", "a", "c"), _shape("id", "a", "d", "y")], history)
+    md = {f.name: f.metadata for f in merged.fields}
+    assert md["c"] == {SAME_AS_KEY: "d"} and md["y"] == {AMBIGUOUS_KEY: True}
 
 
 def test_identity_plan_rename_readd_swap_and_tables_without_attnums():

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField
 
-from .schema import ATTNUM_KEY, DEFAULT_KEY, MISSING_KEY
+from .schema import AMBIGUOUS_KEY, ATTNUM_KEY, DEFAULT_KEY, MISSING_KEY, SAME_AS_KEY
 from .tables import TABLE_PROPERTIES, quote
 
 __all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_catalog",
@@ -276,6 +276,8 @@ def _plan(fields: Sequence[StructField], current: dict[str, StructField], ids: C
     moved: set[str] = set()  # Delta columns renamed away or dropped
     for f in fields:
         n = (f.metadata or {}).get(ATTNUM_KEY)
+        if SAME_AS_KEY in (f.metadata or {}):
+            continue  # an older name of a batch column: folded into it (see _aliases)
         if n is None:  # a column of an older stream shape: identity unknown (0), matched by name
             if f.name not in current and f.name not in ids.renamed:
                 plan.ids.attnums[f.name] = UNKNOWN_ATTNUM
@@ -313,7 +315,7 @@ def _aliases(fields: Sequence[StructField], ids: ColumnIds) -> dict[str, str]:
     for f in fields:
         if ATTNUM_KEY in (f.metadata or {}) or f.name in ids.attnums:
             continue
-        now = ids.current_name(f.name)
+        now = (f.metadata or {}).get(SAME_AS_KEY) or ids.current_name(f.name)
         if now is not None and now in names and now != f.name:
             out[f.name] = now
     return out
@@ -384,6 +386,8 @@ def _alias_rows(rows: DataFrame, aliases: dict[str, str]) -> DataFrame:
 def _settled(field: StructField, ids: ColumnIds) -> bool:
     """The table already has this batch column as the batch means it (nothing to plan)."""
     n = (field.metadata or {}).get(ATTNUM_KEY)
+    if SAME_AS_KEY in (field.metadata or {}):
+        return True
     if n is None:
         return field.name in ids.attnums or field.name in ids.renamed
     return ids.attnums.get(field.name) == int(n)
@@ -452,6 +456,13 @@ def follow_catalog(tgt: TargetTable, declared: Sequence[StructField], *, drained
 
 def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
     """Rename, drop and add the Delta table's columns as :func:`_plan` says; the property afterwards."""
+    unknown = [f.name for f in fields if (f.metadata or {}).get(AMBIGUOUS_KEY)]
+    if unknown:
+        raise SchemaEvolutionError(
+            f"{tgt.qualified}: changes from before a series of DDL on this table (columns renamed, dropped and "
+            f"added within one backlog) carry column(s) {', '.join(map(repr, unknown))}, which the stream alone "
+            f"cannot match to today's columns; other tables keep going. {RESNAPSHOT}"
+        )
     current = {f.name: f for f in tgt.columns()}
     before = tgt.column_ids()
     plan = _plan(fields, current, before)

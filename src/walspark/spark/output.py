@@ -26,15 +26,16 @@ from pyspark.sql.types import StructType
 from walspark.changes.relations import RelationVersion
 from walspark.values import ColumnOptions, TypeRegistry
 
-from .schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, OutputLayout
+from .schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, SAME_AS_KEY, OutputLayout
 
 __all__ = ["OutputShaper"]
 
 
-def _conform_struct(source: pa.StructArray, target: pa.StructType,
-                    fills: dict[str, pa.Array] | None = None) -> pa.StructArray:
+def _conform_struct(source: pa.StructArray, target: pa.StructType, fills: dict[str, pa.Array] | None = None,
+                    old_names: dict[str, list[str]] | None = None) -> pa.StructArray:  # fmt: skip
     """``source`` re-laid as ``target``: fields by name, types cast, nulls kept; a missing field takes
-    its value in ``fills`` (a one-element array), else null."""
+    its value in ``fills`` (a one-element array), else null — unless the source has it under an
+    older name (``old_names``), whose column the sink folds into it."""
     by_name = {source.type.field(i).name: i for i in range(source.type.num_fields)}
     mask = source.is_null()
     children = []
@@ -43,6 +44,8 @@ def _conform_struct(source: pa.StructArray, target: pa.StructType,
         j = by_name.get(field.name)
         if j is None:
             fill = fills.get(field.name) if fills else None
+            if fill is not None and any(o in by_name for o in (old_names or {}).get(field.name, ())):
+                fill = None
             if fill is None:
                 children.append(pa.nulls(len(source), field.type))
             else:
@@ -80,6 +83,15 @@ class OutputShaper:
             self._fills[name] = fills
         return fills
 
+    def _old_names(self, name: str) -> dict[str, list[str]]:
+        """Table ``name``'s columns that older stream shapes name otherwise (see :mod:`.shapes`)."""
+        out: dict[str, list[str]] = {}
+        for f in self.layout.tables[name].fields:
+            now = (f.metadata or {}).get(SAME_AS_KEY)
+            if now is not None:
+                out.setdefault(now, []).append(f.name)
+        return out
+
     def wants(self, version: RelationVersion) -> bool:
         return self.layout.wants(version.qualified_name)
 
@@ -100,10 +112,10 @@ class OutputShaper:
         unchanged = batch.column("_unchanged").cast(target.field("_unchanged").type)
         if self.layout.table is not None:
             table_type = target.field("_old").type
-            fills = self._missing_values(name, table_type)
-            flat = _conform_struct(new, table_type, fills).flatten()
+            fills, old_names = self._missing_values(name, table_type), self._old_names(name)
+            flat = _conform_struct(new, table_type, fills, old_names).flatten()
             columns.extend(flat)
-            columns.append(_conform_struct(old, table_type, fills))
+            columns.append(_conform_struct(old, table_type, fills, old_names))
             columns.append(unchanged)
         else:
             columns.append(unchanged)
@@ -111,9 +123,11 @@ class OutputShaper:
                 if f.name in ENVELOPE_NAMES or f.name == "_unchanged":
                     continue
                 if f.name == name:
-                    columns.append(_conform_struct(new, f.type, self._missing_values(name, f.type)))
+                    columns.append(_conform_struct(new, f.type, self._missing_values(name, f.type),
+                                                   self._old_names(name)))
                 elif f.name == name + OLD_SUFFIX:
-                    columns.append(_conform_struct(old, f.type, self._missing_values(name, f.type)))
+                    columns.append(_conform_struct(old, f.type, self._missing_values(name, f.type),
+                                                   self._old_names(name)))
                 else:
                     columns.append(pa.nulls(n, f.type))
         return pa.RecordBatch.from_arrays(columns, schema=target)

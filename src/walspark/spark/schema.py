@@ -29,10 +29,12 @@ from walspark.protocol import RelationColumn
 from walspark.values import TypeRegistry, spark_schema, spark_type
 
 __all__ = [
+    "AMBIGUOUS_KEY",
     "ATTNUM_KEY",
     "ColumnFacts",
     "DEFAULT_KEY",
     "MISSING_KEY",
+    "SAME_AS_KEY",
     "relation_misfit",
     "ENVELOPE_NAMES",
     "OutputLayout",
@@ -127,6 +129,11 @@ def _plain(dt: T.DataType) -> str:
 ATTNUM_KEY = "walspark.attnum"
 MISSING_KEY = "walspark.missing"
 DEFAULT_KEY = "walspark.default"
+#: Field metadata of a declared column that only older stream shapes have (:mod:`.shapes`): the
+#: catalog column it is now, renamed since (``SAME_AS_KEY``: its changes belong there), or a mark
+#: that the stream cannot tell which column it was (``AMBIGUOUS_KEY``: the sink stops the table).
+SAME_AS_KEY = "walspark.same_as"
+AMBIGUOUS_KEY = "walspark.ambiguous"
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,10 +453,22 @@ def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
     registrations = catalog_registrations(conn, oids)
     registry = apply_registrations(TypeRegistry(), registrations)
     tables = {s.qualified_name: s.struct(registry, binary=binary) for s in shapes}
+    names = {s.qualified_name: (s.schema, s.table) for s in shapes}
     for name, found in recorded.items():
+        history = _attnum_history(conn, *names[name]) if name in names else {}
         tables[name] = merge_recorded(name, tables.get(name),
-                                      [spark_schema(list(shape), registry, binary=binary) for shape in found])
+                                      [spark_schema(list(shape), registry, binary=binary) for shape in found], history)
     return OutputLayout.build(tables, table), registrations
+
+
+def _attnum_history(conn: Any, schema: str, table: str) -> dict[int, str | None]:
+    """Every attnum the table ever gave a column: its name now, or None if it was dropped
+    (PostgreSQL keeps dropped columns' attnums in ``pg_attribute``, never reusing them)."""
+    rows = conn.execute(
+        "SELECT a.attnum, CASE WHEN a.attisdropped THEN NULL ELSE a.attname::text END FROM pg_attribute a"
+        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0", (schema, table)).fetchall()
+    return {int(n): name for n, name in rows}
 
 
 def _confirmed_lsn(conn: Any, slot: str | None) -> int:
