@@ -171,6 +171,9 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     finally:
         spark.streams.removeListener(progress.listener)
     sink.flush()  # the last batch's progress rows, written in the background
+    from walspark.spark.two_phase import release_committed_prepared
+
+    release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
     return starts
 
 
