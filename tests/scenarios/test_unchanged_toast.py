@@ -77,3 +77,16 @@ def test_unchanged_toast_without_a_target_row_stops_that_table_only(spark, pg18_
             other = spark.read.format("delta").load(f"{target}/public/other")
             assert [r.asDict() for r in other.collect()] == [{"id": 1, "v": "same batch"}], attempt
             assert _confirmed(conn) <= parse_lsn(before), f"{attempt}: the slot moved past the failing change"
+
+
+def test_the_key_is_rendered_on_one_short_line():
+    import datetime as dt
+    import decimal
+
+    from walspark.spark.unchanged import MAX_VALUE, render_key
+
+    assert render_key(["id"], [2]) == "(id)=(2)"
+    assert render_key(["a", "Mixed Case"], ["it's\nx", None]) == '(a, "Mixed Case")=("it\'s\\nx", NULL)'
+    assert render_key(["d", "n"], [dt.date(2024, 1, 2), decimal.Decimal("1.50")]) == "(d, n)=('2024-01-02', 1.50)"
+    long = render_key(["k"], ["x" * 1000])
+    assert "\n" not in long and len(long) < MAX_VALUE + 10 and long.endswith("...)")

@@ -17,6 +17,7 @@ table, the key and the fix (re-copy the table).
 
 from __future__ import annotations
 
+import decimal
 import functools
 import operator
 from collections.abc import Sequence
@@ -47,8 +48,15 @@ def render_key(keys: Sequence[str], values: Sequence[Any]) -> str:
     each cut at :data:`MAX_VALUE` characters (a key may be long, or hold line breaks)."""
 
     def value(v: Any) -> str:
-        text = repr(v) if not isinstance(v, (int, float)) or isinstance(v, bool) else str(v)
-        text = text.encode("unicode_escape").decode("ascii") if not text.isprintable() else text
+        if v is None:
+            text = "NULL"
+        elif isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool):
+            text = str(v)
+        elif isinstance(v, (str, bytes)):
+            text = repr(v)  # quoted, line breaks and control characters escaped
+        else:
+            text = repr(str(v))  # dates, times, booleans, structs: their text, quoted
+        text = text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
         return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 3] + "..."
 
     return f"({', '.join(quote_ident(k) for k in keys)})=({', '.join(value(v) for v in values)})"
