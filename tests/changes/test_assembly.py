@@ -157,6 +157,23 @@ def test_memory_budget_spills_and_reads_back_in_order(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_window_after_the_prepare_skips_its_outcome_and_reads_on():
+    """A capture or peek starting after a PREPARE (``window``): its COMMIT/ROLLBACK PREPARED has no
+    changes to give here; the transactions after it come out as usual."""
+    asm = TransactionAssembler(3, window=True)
+    events = feed(
+        asm,
+        CommitPrepared(commit_lsn=0x3000, end_lsn=0x3010, commit_timestamp=3, xid=5, gid="before"),
+        Begin(final_lsn=0x3100, commit_timestamp=4, xid=7),
+        insert("x"),
+        Commit(commit_lsn=0x3100, end_lsn=0x3110, commit_timestamp=4),
+        RollbackPrepared(prepare_end_lsn=0x2110, rollback_end_lsn=0x3210, prepare_timestamp=1,
+                         rollback_timestamp=5, xid=6, gid="also before"),
+    )
+    [txn] = events
+    assert (txn.xid, values(txn), asm.outcomes_before_window) == (7, ["x"], 2)
+
+
 @pytest.mark.parametrize(
     "messages",
     [

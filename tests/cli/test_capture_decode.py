@@ -184,3 +184,53 @@ def test_a_foreign_file_that_cannot_be_a_capture_fails_in_one_line(tmp_path, tab
     result = CliRunner().invoke(cli, ["decode", str(path)])
     assert result.exit_code == 1 and message in result.output, result.output
     assert result.output.startswith("Error: ") and "Traceback" not in result.output
+
+
+# -- a window that starts after a PREPARE ----------------------------------------------------------
+
+
+@pytest.fixture
+def after_prepares(pg18_dsn):
+    """A two-phase slot consumed up to two PREPAREs; what is left to read: a plain transaction,
+    the COMMIT PREPARED of one and the ROLLBACK PREPARED of the other (whose PREPAREs the reader
+    never sees, as a subscriber restarted after applying them)."""
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE PUBLICATION p2 FOR TABLE t")
+        conn.execute("SELECT pg_create_logical_replication_slot('tp', 'pgoutput', false, true)")
+        conn.execute("BEGIN; INSERT INTO t VALUES (1, 'prepared'); PREPARE TRANSACTION 'c'")
+        conn.execute("BEGIN; INSERT INTO t VALUES (2, 'rolled back'); PREPARE TRANSACTION 'r'")
+        (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        conn.execute("SELECT count(*) FROM pg_logical_slot_get_binary_changes('tp', %s, NULL, 'proto_version', '3',"
+                     " 'publication_names', 'p2', 'two_phase', 'on')", (upto,))
+        conn.execute("COMMIT PREPARED 'c'")
+        conn.execute("INSERT INTO t VALUES (3, 'plain')")
+        conn.execute("ROLLBACK PREPARED 'r'")
+    return pg18_dsn
+
+
+def test_a_window_after_the_prepare_decodes_commit_and_rollback_prepared(after_prepares, tmp_path):
+    out = tmp_path / "w.parquet"
+    result = CliRunner().invoke(cli, ["capture", "--dsn", after_prepares, "--slot", "tp", "--publication", "p2",
+                                      "--proto-version", "3", "--two-phase", str(out)])
+    assert result.exit_code == 0, result.output
+    decoded = CliRunner().invoke(cli, ["decode", str(out)])
+    assert decoded.exit_code == 0, decoded.output
+    kinds = [json.loads(line)["type"] for line in decoded.output.splitlines()]
+    assert kinds == ["CommitPrepared", "Begin", "Relation", "Insert", "Commit", "RollbackPrepared"], kinds
+    assert json.loads(decoded.output.splitlines()[0])["gid"] == "c"
+
+
+@pytest.mark.spark
+def test_a_window_after_the_prepare_reads_as_a_capture_and_as_a_peek(spark, after_prepares, tmp_path):
+    """The changes of a prepared transaction are in the window of its PREPARE; a window holding only
+    its COMMIT PREPARED (or ROLLBACK PREPARED) has none of them to give, and the rest reads."""
+    out = tmp_path / "w.parquet"
+    result = CliRunner().invoke(cli, ["capture", "--dsn", after_prepares, "--slot", "tp", "--publication", "p2",
+                                      "--proto-version", "3", "--two-phase", str(out)])
+    assert result.exit_code == 0, result.output
+    capture = spark.read.format("pgoutput").option("path", str(out)).load()
+    assert [(r["_op"], r["public.t"]["id"]) for r in capture.collect()] == [("I", 3)]
+    peek = spark.read.format("pgoutput").options(dsn=after_prepares, slot="tp", publication="p2", peek="true",
+                                                 twoPhase="true").load()
+    assert [(r["_op"], r["public.t"]["id"]) for r in peek.collect()] == [("I", 3)]

@@ -25,6 +25,13 @@ prepared transactions in memory (:meth:`TransactionAssembler.confirm_floor` then
 the slot may move). A consumer that keeps them durably itself passes ``hand_over_prepared``:
 the assembler then hands each one out at its Prepare (:class:`PreparedTransaction`) and each
 outcome as a :class:`PreparedOutcome`, and holds nothing across them.
+
+A reader of a *window* of the stream (a capture file, a peek: ``window``) starts wherever the
+slot is — possibly after a PREPARE whose transaction the slot's consumer already took. A Commit
+Prepared or Rollback Prepared whose Prepare is before the window is then normal (as for
+PostgreSQL's subscriber after a restart): its changes are in the PREPARE's window, not in this
+one, so it yields nothing (counted in ``outcomes_before_window``). Without ``window`` it is an
+error, as it means changes were lost.
 """
 
 from __future__ import annotations
@@ -112,8 +119,11 @@ class TransactionAssembler:
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         spill_dir: str | Path | None = None,
         hand_over_prepared: bool = False,
+        window: bool = False,
     ) -> None:
         self.hand_over_prepared = hand_over_prepared
+        self.window = window
+        self.outcomes_before_window = 0  # Commit/Rollback Prepared of a Prepare before the window
         self._decoder = Decoder(protocol_version, streaming_parallel=streaming_parallel)
         self.memory_budget = memory_budget
         self._spill_dir = Path(spill_dir) if spill_dir is not None else None
@@ -292,6 +302,9 @@ class TransactionAssembler:
         if txn is None and self.hand_over_prepared:
             return [PreparedOutcome(lsn, message.xid, message.gid, True, message.commit_lsn, message.end_lsn,
                                     message.commit_timestamp)]
+        if txn is None and self.window:
+            self.outcomes_before_window += 1
+            return []
         if txn is None:
             raise AssemblyError(
                 f"Commit Prepared for transaction {message.gid!r}, whose prepare was never received: "
@@ -306,6 +319,8 @@ class TransactionAssembler:
         txn = self._prepared.pop(message.gid, None)
         if txn is not None:
             self._release(txn)
+        elif self.window:
+            self.outcomes_before_window += 1
         if self.hand_over_prepared:
             return [PreparedOutcome(lsn, message.xid, message.gid, False, 0, message.rollback_end_lsn,
                                     message.rollback_timestamp)]

@@ -171,6 +171,9 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     finally:
         spark.streams.removeListener(progress.listener)
     sink.flush()  # the last batch's progress rows, written in the background
+    from walspark.spark.two_phase import release_committed_prepared
+
+    release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
     return starts
 
 
@@ -320,13 +323,27 @@ def preflight(settings: RunSettings) -> None:
     if needs_snapshot:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
-        from walspark.source.connect import connect_sql
-        from walspark.source.publications import get_publication
+        _check_scd2_tables(settings)
 
-        with connect_sql(settings.dsn) as conn:
-            info = get_publication(conn, settings.publication)
-        published = set(info.tables) if info is not None else set()
-        for table in settings.scd2:
-            if table not in published:
-                raise OptionError(f"--scd2 {table!r} is not a table of publication {settings.publication!r} "
-                                  f"(its tables: {', '.join(sorted(published)) or 'none'}); use schema.table")
+
+def _check_scd2_tables(settings: RunSettings) -> None:
+    """Every ``--scd2`` table must be published by one of the ``--publication`` list's publications.
+
+    ``--publication`` is a comma-separated list (:func:`publication_list`, as the stream and the
+    snapshot read it); the tables streamed are the union of the publications' tables.
+    """
+    from walspark.source.connect import connect_sql
+    from walspark.source.errors import OptionError
+    from walspark.source.publications import get_publication, publication_list
+
+    names = publication_list(settings.publication)
+    published: set[str] = set()
+    with connect_sql(settings.dsn) as conn:
+        for name in names:
+            info = get_publication(conn, name)
+            published.update(info.tables if info is not None else ())
+    which = f"publication {names[0]!r}" if len(names) == 1 else "publications " + ", ".join(repr(n) for n in names)
+    for table in settings.scd2:
+        if table not in published:
+            raise OptionError(f"--scd2 {table!r} is not a table of {which} "
+                              f"(their tables: {', '.join(sorted(published)) or 'none'}); use schema.table")

@@ -185,6 +185,8 @@ class BatchFacts:
     truncates: tuple[Truncate, ...]
     #: Updates with an old key (or old row) *and* unchanged TOAST values: they may need a lookup.
     moved_unchanged: int = 0
+    #: Updates with unchanged TOAST values: the target must hold those rows (see :mod:`.unchanged`).
+    unchanged: int = 0
     #: Inserts among ``rows``: a batch of only inserts needs no MERGE (see :func:`append_inserts`).
     inserts: int = 0
     #: ``keys`` are the replica identity the rows carry (not a user's choice of key columns).
@@ -225,6 +227,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
         F.max("_commit_lsn").alias("max_lsn"),
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
+        F.count(F.when((F.col("_op") == "U") & (F.size("_unchanged") > 0), 1)).alias("unchanged"),
         F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
             "truncs"
         ),
@@ -247,6 +250,7 @@ def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None
         truncates=truncates,
         moved_unchanged=row["moved"],
         inserts=row["inserts"],
+        unchanged=row["unchanged"],
         replica_keys=set(chosen) == set(replica),
         identities=row["identities"],
         user_keys=tuple(keys) if keys is not None else None,
@@ -725,6 +729,10 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
         source = fold_last_per_key(changes, facts.keys, names)
         if facts.moved_unchanged:
             source = resolve_from_moved_keys(tgt, source, names, facts.keys)
+        if facts.unchanged:
+            from .unchanged import check_unchanged_known
+
+            check_unchanged_known(tgt, source, facts.keys, names)  # never NULL for a value nobody knows
     else:
         log.warning(
             "%s has no replica identity key: applied append-only (inserts appended, updates/deletes dropped)",

@@ -146,6 +146,10 @@ def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: Targ
     )
     match = functools.reduce(operator.and_, [last[k].eqNullSafe(current[f"{_P}t{i}"]) for i, k in enumerate(keys)])
     joined = last.join(current, match, "left")
+    if facts.unchanged:
+        from .unchanged import check_versions_known
+
+        check_versions_known(tgt, joined, facts.keys, names, target_cols)  # never NULL for a value nobody knows
 
     by_key = Window.partitionBy(*keys).orderBy("_commit_lsn", f"{_P}seg")
     seg = F.col(f"{_P}seg")

@@ -11,12 +11,14 @@ many whole transactions as the limit allows" is tested without Spark.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from walspark.protocol import format_lsn, parse_lsn
 
-__all__ = ["TxnEntry", "from_offset", "plan_end", "to_offset"]
+__all__ = ["TxnEntry", "from_offset", "last_committed_end", "plan_end", "to_offset"]
 
 
 def to_offset(lsn: int) -> dict[str, str]:
@@ -78,3 +80,19 @@ def plan_end(
             break
         end = entry.end_lsn
     return end
+
+
+def last_committed_end(checkpoint: str | Path) -> int | None:
+    """The end LSN of the last batch in a query's commit log (``<checkpoint>/commits``), or None.
+
+    A batch is in the commit log only after its sink (the Delta MERGEs) returned: everything up
+    to this end is durably in Delta. Spark's offset log keeps the batch's end offset in
+    ``offsets/<batch>``: a version line, the batch metadata, then one JSON line per source (the
+    query reads one source).
+    """
+    root = Path(checkpoint)
+    batches = [int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()]
+    if not batches:
+        return None
+    lines = (root / "offsets" / str(max(batches))).read_text().splitlines()
+    return from_offset(json.loads(lines[-1])) if len(lines) >= 3 else None

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from walspark.source.options import StreamOptions
+from walspark.source.publications import publication_list
 
 from .schema import parse_table_name
 
@@ -117,7 +118,10 @@ class SourceOptions:
                 qualified = "{}.{}".format(*parse_table_name(table))
             except ValueError as exc:
                 raise OptionsError(str(exc)) from None
-        pubs = tuple(p.strip() for p in (g("publication") or "").split(",") if p.strip())
+        try:
+            pubs = publication_list(g("publication") or "")
+        except ValueError as exc:
+            raise OptionsError(f"option publication: {exc}") from None
         parsed = cls(
             path=g("path") or None,
             dsn=g("dsn") or None,

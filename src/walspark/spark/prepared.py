@@ -16,7 +16,9 @@ Layout, under ``<stagingPath>/prepared/``:
 * ``<xid:010d>-<gid digest>.prepared``: a prepared transaction awaiting its outcome;
 * ``<xid:010d>-<gid digest>.<end LSN:016X>.committed``: committed at that end LSN and staged —
   kept until Spark commits a batch at or past it (a COMMIT PREPARED the server sends again before
-  the slot moves past it must still find the messages);
+  the slot moves past it must still find the messages, or the watermark below); the last batch
+  of a run is released by the run itself once the query ended (``release_committed_prepared``
+  in :mod:`.two_phase`), since Spark tells the source of a commit only when it plans the next batch;
 * ``committed-through``: the highest Spark-committed end LSN at which a ``.committed`` entry was
   deleted — so a COMMIT PREPARED whose entry is gone can be told apart, as a resend of one
   already in Delta, from one whose prepare was never stored;
@@ -143,8 +145,12 @@ class PreparedStore:
 
     # ------------------------------------------------------------------ life cycle
 
-    def load(self) -> PreparedStore:
-        """Read the directory: temporary files of a crashed write go, committed entries Spark has go."""
+    def load(self, *, tidy: bool = True) -> PreparedStore:
+        """Read the directory: temporary files of a crashed write go, committed entries Spark has go.
+
+        ``tidy=False`` only reads (no file is deleted): for a reader outside the stager, which
+        must not touch a write the stager may have under way.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
         mark = self.directory / _WATERMARK
         self._watermark = parse_lsn(mark.read_text().strip()) if mark.exists() else 0
@@ -154,15 +160,18 @@ class PreparedStore:
         for path in sorted(self.directory.iterdir()):
             match = _NAME.fullmatch(path.name)
             if match is None:
-                if path.name.endswith(".tmp"):
+                if tidy and path.name.endswith(".tmp"):
                     path.unlink(missing_ok=True)
                 continue
             key = f"{match.group(1)}-{match.group(2)}"
             end = int(match.group(3), 16) if match.group(3) else None
             if end is not None and end <= self._watermark:
-                path.unlink(missing_ok=True)
+                if tidy:
+                    path.unlink(missing_ok=True)
                 continue
             have = entries.get(key)
+            if have is not None and not tidy:  # keep both names as they are; the stager sorts them out
+                continue
             if have is not None:  # a crash between writing a resent prepare and removing the old name
                 if have.committed_end is None:
                     path.unlink(missing_ok=True)

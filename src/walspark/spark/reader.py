@@ -100,7 +100,7 @@ def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: in
     else:
         target = partition_rows
     config = DecodeConfig(proto, info.streaming_parallel, info.binary)
-    assembler = TransactionAssembler(proto, streaming_parallel=info.streaming_parallel)
+    assembler = TransactionAssembler(proto, streaming_parallel=info.streaming_parallel, window=True)
     cache = RelationCache()
     registry = TypeRegistry()
     rels: dict[int, tuple[bool, bytes, int | None]] = {}
@@ -215,7 +215,7 @@ def decode_rows(rows: Iterator[tuple[int, bytes]], decoder: TaskDecoder, *, stre
                 memory_budget: int) -> Iterator[pa.RecordBatch]:
     """Assemble raw messages into committed transactions and decode them (tasks)."""
     assembler = TransactionAssembler(decoder.config.protocol_version, streaming_parallel=streaming_parallel,
-                                     memory_budget=memory_budget)
+                                     memory_budget=memory_budget, window=True)  # a capture or a peek
     try:
         for lsn, data in rows:
             for event in assembler.feed(lsn, data):

@@ -34,7 +34,7 @@ from .prepared import PreparedStore, PreparedStoreError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["PreparedLostError", "TwoPhaseStaging"]
+__all__ = ["PreparedLostError", "TwoPhaseStaging", "release_committed_prepared"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,29 @@ _R, _Y = ord("R"), ord("Y")
 
 #: (lsn, in_stream, data, version): a Relation/Type message in force, as the stager keeps it.
 _PreludeRow = tuple[int, bool, bytes, "int | None"]
+
+
+def release_committed_prepared(staging: str | Path, checkpoint: str | Path) -> int:
+    """After a query ended: delete the store's committed entries its last batch put in Delta.
+
+    Spark tells the source that a batch is committed only when it plans the next one, so the
+    last batch of a run (a ``--once`` run's, or one before Ctrl-C) never reaches the stager's
+    ``commit``: its committed prepared transactions would stay on disk until the next run.
+    The query's commit log says the same thing durably (a batch is logged there only after the
+    sink returned), so the run releases the store through it once the query is over — the rule
+    of :meth:`PreparedStore.release_through` unchanged: the watermark is written first, so the
+    COMMIT PREPARED the next run receives again (the slot is confirmed lazily) is a known resend.
+    Returns how many entries were deleted.
+    """
+    from pathlib import Path as _Path
+
+    from .offsets import last_committed_end
+
+    directory = _Path(staging) / "prepared"
+    end = last_committed_end(checkpoint)
+    if end is None or not directory.is_dir():
+        return 0
+    return PreparedStore(directory).load(tidy=False).release_through(end)
 
 
 class PreparedLostError(PreparedStoreError):
