@@ -127,7 +127,7 @@ class StreamProgress:
                 from walspark.spark.staging import note_committed_end
 
                 note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
-            except Exception:  # noqa: BLE001 - an optimisation: Spark's own commit(end) comes later anyway
+            except Exception:
                 log.debug("could not note the committed batch end", exc_info=True)
         rows = progress.numInputRows
         if not rows:
@@ -137,7 +137,7 @@ class StreamProgress:
         try:
             end = json.loads(progress.sources[0].endOffset)["lsn"]
             lag = f", slot lag {_format_bytes(self._lag_bytes(end))}"
-        except Exception:  # noqa: BLE001 - progress is best effort; the pipeline must not fail on it
+        except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
                  f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
@@ -165,6 +165,9 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
                               progress=lambda update: say(update.line()))  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
+        from walspark.spark.tablesync_state import SyncStore
+
+        SyncStore.for_target(settings.target).reset()  # every table is freshly copied
     from walspark.spark.tablesync import TableSync
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.target,

@@ -56,6 +56,11 @@ Table = tuple[str, str]
 #: The batch id column of the pending log (which batch appended the change).
 BATCH_COLUMN = "__walspark_batch"
 
+#: Test hooks: seconds to wait before each hand-off (kill tests), and inside a copy's snapshot
+#: before its COPY tasks start (a copy that takes as long as the test needs, on any host).
+HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
+COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
+
 #: Default seconds between two checks of the publication and of re-copy requests.
 DEFAULT_CHECK_SECONDS = 5.0
 
@@ -172,7 +177,7 @@ class TableSync:
         while not self._stop.wait(self.check_seconds):
             try:
                 self.check()
-            except Exception:  # noqa: BLE001 - the next check tries again; the stream must go on
+            except Exception:
                 log.warning("table sync check failed", exc_info=True)
 
     # ------------------------------------------------------------------------------------------
@@ -272,7 +277,7 @@ class TableSync:
         if state is None:
             return rows, facts
         if state.syncing:
-            self._append_pending(state, rows, batch_id)
+            self._append_pending(state, rows, batch_id, session)
             return None
         if state.handed_through is not None and batch_id <= state.handed_through:
             return None  # a replay of a batch whose changes of this table the hand-off applied
@@ -286,7 +291,7 @@ class TableSync:
             return None if kept is None else (rows, kept)
         return rows, facts
 
-    def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int) -> None:
+    def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int, session: SparkSession) -> None:
         from pyspark.sql import functions as F
 
         from .apply import txn_app_id
@@ -294,8 +299,18 @@ class TableSync:
         app = self.sink._app_id if self.sink else "walspark"
         options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
                    "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
-        (rows.withColumn(BATCH_COLUMN, F.lit(batch_id)).write.format("delta").mode("append")
-         .options(**options).save(self.store.pending_path(state.schema, state.table, state.gen)))  # fmt: skip
+        rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
+        path = self.store.pending_path(state.schema, state.table, state.gen)
+        if not _delta_exists(path):  # column mapping, like the target tables: any PostgreSQL name fits
+            from delta.tables import DeltaTable
+
+            from .tables import TABLE_PROPERTIES
+
+            builder = DeltaTable.createIfNotExists(session).location(path).addColumns(rows.schema)
+            for key, value in TABLE_PROPERTIES.items():
+                builder = builder.property(key, value)
+            builder.execute()
+        rows.write.format("delta").mode("append").options(**options).save(path)
 
     # ------------------------------------------------------------------------------------------
     # copy and hand-off
@@ -329,7 +344,7 @@ class TableSync:
     def _copy(self, state: SyncState) -> None:
         try:
             self._copy_table(state)
-        except BaseException as exc:  # noqa: BLE001 - reported; the next run copies again
+        except BaseException as exc:
             if self._stop.is_set():
                 return
             log.debug("copy failed", exc_info=True)
@@ -352,6 +367,7 @@ class TableSync:
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
             plan_partitions(plan, parallelism=self.parallelism)
+            self._stop.wait(float(os.environ.get(COPY_PAUSE_VARIABLE) or 0))
             self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} "
                      f"({len(plan.ranges)} tasks) while the stream goes on")
             result = write_table(self._copy_session, self.dsn, exported.snapshot_name, plan,
@@ -372,6 +388,9 @@ class TableSync:
         from .apply import _apply_table, batch_facts
 
         assert self.sink is not None
+        pause = float(os.environ.get(HANDOFF_PAUSE_VARIABLE) or 0)
+        if pause:  # a test hook: widens the window between the copy's commit and the hand-off
+            time.sleep(pause)
         table = (state.schema, state.table)
         pending = self.store.pending_path(*table, state.gen)
         through = None
@@ -384,8 +403,10 @@ class TableSync:
             options = self.sink.options_for(*table)
             facts = batch_facts(rows, table, options.keys)
             if facts is not None:
+                # The transaction id names the copy by its consistent point: unique for ever, even
+                # across a new initial snapshot (Delta may keep transaction ids through REPLACE).
                 _apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
-                             app_id=f"{self.sink._app_id}/sync/g{state.gen}")  # fmt: skip
+                             app_id=f"{self.sink._app_id}/sync/{state.since:X}")  # fmt: skip
                 applied = facts.rows
         path = table_path(self.target, *table)
         self.sink._known.pop(path, None)  # the copy replaced the table: forget its cached shape

@@ -139,6 +139,17 @@ class SyncStore:
             self.put(state)
             return state
 
+    def reset(self) -> None:
+        """Forget every state and pending log: a new initial snapshot copied every table again
+        (its batch ids start a new checkpoint history, so ``handed_through`` would mislead)."""
+        import shutil
+
+        with self._lock:
+            shutil.rmtree(self.home / "pending", ignore_errors=True)
+            if self.path.exists():
+                self.path.unlink()
+            self._states = None
+
     # requests (written by ``walspark resnapshot``, consumed by the running pipeline)
 
     def pending_requests(self) -> Iterator[tuple[Path, list[Table]]]:
