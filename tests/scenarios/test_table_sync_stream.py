@@ -268,17 +268,27 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             assert states(target)["public.big"]["state"] == "copying"
             print("killed mid-copy:", states(target)["public.big"])
 
-            run.start(**{HANDOFF_PAUSE_VARIABLE: "45"})
+            run.start(**{HANDOFF_PAUSE_VARIABLE: "600"})
             run.wait(lambda: states(target)["public.big"]["state"] == "copied", "the copy to commit again")
             assert "copying public.big" in run.log()  # the copy was started again, under a new slot
-            time.sleep(2)
-            run.kill()  # 2: the copy is committed, the hand-off not done
+            since = states(target)["public.big"]["since"]
+            pending = str(target / "_walspark" / "tablesync" / "pending" / "public" / "big" / "g1")
+
+            def pending_after_copy() -> int:
+                try:
+                    return spark.read.format("delta").load(pending).where(f"_commit_lsn >= {since}").count()
+                except Exception:  # noqa: BLE001 - not written yet
+                    return 0
+
+            run.wait(lambda: pending_after_copy() > 0, "changes after the copy's point in the pending log")
+            run.kill()  # 2: the copy is committed, the hand-off not done, changes after C wait in the log
             assert states(target)["public.big"]["state"] == "copied"
             print("killed before the hand-off:", states(target)["public.big"])
 
             run.start()
             run.wait(lambda: states(target)["public.big"]["state"] == "ready", "the hand-off after the restart")
             assert "copying public.big" not in run.log()  # the committed copy was kept
+            assert ", 0 changes made during the copy" not in run.log(), run.log()[-3000:]
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 1, "a batch after the hand-off")
         finally:

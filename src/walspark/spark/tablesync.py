@@ -56,7 +56,7 @@ Table = tuple[str, str]
 #: The batch id column of the pending log (which batch appended the change).
 BATCH_COLUMN = "__walspark_batch"
 
-#: Test hooks: seconds to wait before each hand-off (kill tests), and inside a copy's snapshot
+#: Test hooks: seconds a committed copy waits for its hand-off (kill tests), and inside a copy's snapshot
 #: before its COPY tasks start (a copy that takes as long as the test needs, on any host).
 HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
 COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
@@ -246,7 +246,8 @@ class TableSync:
                 running = table in self._copies and self._copies[table].is_alive()
                 if state.state == COPYING and not running and table not in self._failed:
                     self._launch(state)  # a copy a previous run did not finish: again, under a new slot
-                elif state.state == COPIED and not running:
+                elif state.state == COPIED and not running and time.time() >= (state.copy_done or 0) + float(
+                        os.environ.get(HANDOFF_PAUSE_VARIABLE) or 0):  # test hook: batches go on meanwhile
                     self._hand_off(state)
 
     # ------------------------------------------------------------------------------------------
@@ -388,9 +389,6 @@ class TableSync:
         from .apply import _apply_table, batch_facts
 
         assert self.sink is not None
-        pause = float(os.environ.get(HANDOFF_PAUSE_VARIABLE) or 0)
-        if pause:  # a test hook: widens the window between the copy's commit and the hand-off
-            time.sleep(pause)
         table = (state.schema, state.table)
         pending = self.store.pending_path(*table, state.gen)
         through = None
