@@ -58,6 +58,8 @@ class RunSettings:
     trigger_seconds: float = 1.0
     max_rows_per_batch: int | None = None
     options: dict[str, str] = field(default_factory=dict)
+    #: Seconds between checks of the publication's tables and of ``walspark resnapshot`` requests.
+    sync_check_seconds: float = 5.0
 
     @property
     def home(self) -> str:
@@ -125,7 +127,7 @@ class StreamProgress:
                 from walspark.spark.staging import note_committed_end
 
                 note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
-            except Exception:  # noqa: BLE001 - an optimisation: Spark's own commit(end) comes later anyway
+            except Exception:
                 log.debug("could not note the committed batch end", exc_info=True)
         rows = progress.numInputRows
         if not rows:
@@ -135,7 +137,7 @@ class StreamProgress:
         try:
             end = json.loads(progress.sources[0].endOffset)["lsn"]
             lag = f", slot lag {_format_bytes(self._lag_bytes(end))}"
-        except Exception:  # noqa: BLE001 - progress is best effort; the pipeline must not fail on it
+        except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
                  f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
@@ -163,12 +165,25 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
                               progress=lambda update: say(update.line()))  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
-    sink = ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}").scd2(*settings.scd2)
+        from walspark.spark.tablesync_state import SyncStore
+
+        SyncStore.for_target(settings.target).reset()  # every table is freshly copied
+    from walspark.spark.tablesync import TableSync
+
+    sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
+                     check_seconds=settings.sync_check_seconds, say=say)  # fmt: skip
+    sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
+            .scd2(*settings.scd2).table_sync(sync))  # fmt: skip
+    sync.attach(sink)
     progress = StreamProgress(settings.dsn, say, settings.staging)
     spark.streams.addListener(progress.listener)
+    sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     try:
         starts = _run_queries(spark, settings, sink, say)
+        if settings.once:
+            sync.finish()  # --once ends with every table copied and handed off to the stream
     finally:
+        sync.stop()
         spark.streams.removeListener(progress.listener)
     sink.flush()  # the last batch's progress rows, written in the background
     from walspark.spark.two_phase import release_committed_prepared
@@ -270,14 +285,18 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
 @click.option("--max-rows-per-batch", type=click.IntRange(1), default=None, help="Bound on change rows per batch.")
 @click.option("--trigger-seconds", type=click.FloatRange(0.1), default=1.0, show_default=True,
               help="Micro-batch interval when streaming.")
+@click.option("--sync-check-seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="How often tables joining or leaving the publication and re-copy requests are checked.")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
-        max_rows_per_batch: int | None, trigger_seconds: float, master: str) -> None:  # fmt: skip
+        max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
+        master: str) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
-                           trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch)  # fmt: skip
+                           trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch,
+                           sync_check_seconds=sync_check_seconds)  # fmt: skip
     with cli_errors(dsn):
         preflight(settings)  # before the JVM starts: a wrong DSN or name costs a second, not thirty
         from pyspark.sql import SparkSession

@@ -46,8 +46,9 @@ import logging
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -748,6 +749,15 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
 _PROGRESS_WRITER: list[ThreadPoolExecutor] = []
 
 
+class TableSyncHook(Protocol):
+    """What the sink asks of the per-table sync (:class:`walspark.spark.tablesync.TableSync`)."""
+
+    def batch(self, batch_id: int) -> AbstractContextManager[None]: ...
+
+    def route(self, table: tuple[str, str], rows: DataFrame, facts: BatchFacts, batch_id: int,
+              session: SparkSession) -> tuple[DataFrame, BatchFacts] | None: ...  # fmt: skip
+
+
 def _progress_writer() -> ThreadPoolExecutor:
     """The one thread writing progress commits in the background (joined at interpreter exit,
     before PySpark's own exit hooks stop the session)."""
@@ -782,6 +792,8 @@ class ApplyChanges:
     _parallelism: int = 4
     #: The last batch's progress commit, written in the background (see :meth:`flush`).
     _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
+    #: Per-table sync of tables being copied while the stream runs (:mod:`.tablesync`), or None.
+    _sync: TableSyncHook | None = field(default=None, compare=False, repr=False)
 
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
@@ -803,6 +815,10 @@ class ApplyChanges:
         """Match rows of ``table`` on these columns instead of its replica identity."""
         return self._with(table, keys=tuple(columns))
 
+    def table_sync(self, sync: TableSyncHook | None) -> ApplyChanges:
+        """Route the changes of tables being copied through ``sync`` (``walspark run`` does)."""
+        return replace(self, _sync=sync)
+
     def options_for(self, schema: str, table: str) -> _TableOptions:
         return self._tables.get(f"{schema}.{table}", _TableOptions())
 
@@ -811,6 +827,9 @@ class ApplyChanges:
 
         batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
         try:
+            if self._sync is not None:
+                with self._sync.batch(batch_id):
+                    return self._apply_tables(batch_df, batch_id)
             return self._apply_tables(batch_df, batch_id)
         finally:
             batch_df.unpersist()
@@ -882,7 +901,14 @@ class ApplyChanges:
             else:
                 part = batch_df
             options = self.options_for(schema, name)
-            return _apply_table(session, part, batch_id, facts[table], target=self.target, mode=options.mode,
+            table_facts = facts[table]
+            if self._sync is not None:  # a table being copied: its changes wait in its pending log
+                routed = self._sync.route(table, part, table_facts, batch_id, session)
+                if routed is None:
+                    path = table_path(self.target, schema, name)
+                    return ApplyResult(schema, name, path, table_facts.rows, skipped=True), None
+                part, table_facts = routed
+            return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
                                 app_id=self._app_id, known=self._known)  # fmt: skip
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []

@@ -31,11 +31,9 @@ A rerun that finds a "complete" record for the same slot, with the slot still th
 nothing and returns the recorded consistent point (``redo=True`` forces a new snapshot).
 
 Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
-their changes from the moment they were added, but not their earlier rows. The mechanism
-(not yet wired into ``walspark run``): pause applying that table, take a new exported snapshot
-from a *temporary* slot, copy the table with :func:`write_table` (its consistent point C), then
-apply the table's streamed changes whose commit LSN is above C only — the apply step's per-table
-progress mark (``_walspark/progress``, commit LSN) set to C does exactly that filtering.
+their changes from the moment they were added, but not their earlier rows. ``walspark run``
+copies them with :func:`write_table` inside a temporary slot's exported snapshot while the
+stream goes on (:mod:`walspark.spark.tablesync`, docs/design/table-sync.md).
 """
 
 from __future__ import annotations

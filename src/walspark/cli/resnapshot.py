@@ -1,0 +1,39 @@
+"""``walspark resnapshot``: re-copy tables of a running (or the next) ``walspark run``.
+
+A thin command over :func:`walspark.spark.tablesync_state.request_resnapshot`: it writes a
+request under ``<target>/_walspark/tablesync/requests/``; the pipeline of that target picks it up
+at its next check (``--sync-check-seconds``) or its next start, copies each table inside a new
+exported snapshot while the other tables keep streaming, and hands it over to the stream with
+no change lost or doubled (docs/design/table-sync.md). Nothing here touches the slot.
+"""
+
+from __future__ import annotations
+
+import click
+
+from walspark.cli.main import cli
+
+
+@cli.command("resnapshot")
+@click.option("--target", required=True, type=click.Path(file_okay=False),
+              help="Folder of the Delta tables, as given to walspark run.")
+@click.option("--table", "tables", required=True, multiple=True, metavar="SCHEMA.TABLE",
+              help="Table to copy again (repeatable; a bare name means public; quote parts with \" as in SQL).")
+def resnapshot(target: str, tables: tuple[str, ...]) -> None:
+    """Ask the pipeline writing TARGET to copy these tables again, without stopping the stream."""
+    from pathlib import Path
+
+    from walspark.source.errors import OptionError
+    from walspark.spark.schema import parse_table_name
+    from walspark.spark.tablesync_state import request_resnapshot
+
+    if not (Path(target) / "_walspark").is_dir():
+        raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "
+                                   "give the --target of walspark run")
+    try:
+        names = [parse_table_name(t) for t in tables]
+    except (ValueError, OptionError) as exc:
+        raise click.UsageError(str(exc)) from None
+    path = request_resnapshot(target, names)
+    click.echo(f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "
+               "walspark run picks it up at its next check", err=True)

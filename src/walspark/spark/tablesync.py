@@ -1,0 +1,421 @@
+"""Tables joining, leaving and being re-copied while the stream goes on (issue 14).
+
+The method is PostgreSQL's table synchronisation (tablesync.c), adapted to a sink that cannot hold
+the stream back per table (docs/design/table-sync.md has the full argument):
+
+- **Copy**: a background driver thread creates a *temporary* slot with an exported snapshot; its
+  consistent point C splits the table's history: transactions committed before C are in the
+  snapshot, those at or after C come from the main slot. The table is copied inside that snapshot
+  with the initial snapshot's parallel CTID-range COPY (:func:`walspark.spark.snapshot.write_table`,
+  one Spark job, one atomic ``CREATE OR REPLACE``), while the streaming query keeps applying the
+  other tables.
+- **Pending log**: while a table is being copied the sink does not apply its changes to its Delta
+  table; it appends them (idempotently: Delta transaction id = batch id) to the table's pending
+  log, a Delta table under ``_walspark/tablesync/pending/``. The batch then commits as usual and
+  the main slot is confirmed past it: WAL does not pile up during a long copy.
+- **Hand-off**: once the copy committed (state ``copied`` with C), the pending changes with
+  commit LSN >= C are applied through the normal apply path in one idempotent step, the table is
+  ``ready`` and its log dropped. Later batches skip what the hand-off already applied
+  (``handed_through``) and, while the stream may still lag behind C, changes before C.
+- **Discovery**: at start and every ``check_seconds`` the publication's tables and their
+  membership rows are compared with the states: a published table without Delta table, one that
+  had left the publication, or one dropped and re-added (new membership rows) is copied; a
+  table no longer published is recorded ``left`` (its Delta table is kept). ``walspark
+  resnapshot`` requests are picked up on the same rhythm.
+
+All state changes that touch what the sink does happen under one lock that the sink holds for a
+whole batch, so a switch to copying or a hand-off falls exactly between two batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .tables import table_path
+from .tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .apply import ApplyChanges, BatchFacts
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TableSync", "membership"]
+
+Table = tuple[str, str]
+
+#: The batch id column of the pending log (which batch appended the change).
+BATCH_COLUMN = "__walspark_batch"
+
+#: Test hooks: seconds a committed copy waits for its hand-off (kill tests), and inside a copy's snapshot
+#: before its COPY tasks start (a copy that takes as long as the test needs, on any host).
+HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
+COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
+
+#: Default seconds between two checks of the publication and of re-copy requests.
+DEFAULT_CHECK_SECONDS = 5.0
+
+_MEMBERSHIP = """
+SELECT c.oid::int8,
+       array(SELECT 'r' || pr.oid FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+              WHERE p.pubname = ANY(%(pubs)s)
+                AND (pr.prrelid = c.oid OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
+             {namespace}
+             UNION ALL
+             SELECT 'a' || p.oid FROM pg_publication p WHERE p.pubname = ANY(%(pubs)s) AND p.puballtables
+             ORDER BY 1)
+  FROM pg_class c WHERE c.oid = ANY(%(oids)s)
+"""
+
+_NAMESPACE = """
+             UNION ALL
+             SELECT 'n' || pn.oid FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid
+              WHERE p.pubname = ANY(%(pubs)s) AND pn.pnnspid = c.relnamespace
+"""
+
+
+def membership(conn: Any, publication: str) -> dict[Table, tuple[str, ...]]:
+    """Each published table (as streamed: a partition root under ``publish_via_partition_root``)
+    with its membership signature: its oid and the oids of the catalog rows that publish it.
+
+    ``ALTER PUBLICATION … DROP TABLE t`` then ``ADD TABLE t`` creates a new ``pg_publication_rel``
+    row, so the signature changes even when both happen between two checks — and the changes
+    made in between were never streamed (pgoutput filters by the publication as of each change).
+    """
+    from walspark.source.publications import publication_list, published_relations
+
+    pubs = list(publication_list(publication))
+    rels = published_relations(conn, publication)
+    major = conn.info.server_version // 10000
+    query = _MEMBERSHIP.format(namespace=_NAMESPACE if major >= 15 else "")  # constants only
+    rows = conn.execute(query, {"pubs": pubs, "oids": [r.oid for r in rels]}).fetchall()
+    rows_by_oid = {int(oid): tuple(sig or ()) for oid, sig in rows}
+    return {(r.schema, r.table): (f"o{r.oid}", *rows_by_oid.get(r.oid, ())) for r in rels}
+
+
+class TableSync:
+    """The per-table sync of one ``walspark run`` (see the module docstring).
+
+    Life cycle: :meth:`attach` the sink, :meth:`start` (discovery, resumes unfinished copies,
+    starts the checker thread), the sink calls :meth:`batch` around each batch and :meth:`route`
+    per table, :meth:`finish` (``--once``: waits for copies and hands them off), :meth:`stop`.
+    """
+
+    def __init__(self, spark: SparkSession, dsn: str, publication: str, target: str, *,
+                 check_seconds: float = DEFAULT_CHECK_SECONDS, say: Callable[[str], None] = print,
+                 parallelism: int | None = None) -> None:  # fmt: skip
+        from pyspark.sql import SparkSession as _Session
+
+        from .snapshot_source import register as register_snapshot_source
+
+        self.dsn, self.publication, self.target = dsn, publication, target
+        self.check_seconds = check_seconds
+        self.say = say
+        self.store = SyncStore.for_target(target)
+        self.parallelism = parallelism or spark.sparkContext.defaultParallelism
+        # Own sessions: transaction ids of idempotent writes are session settings, and the copy
+        # threads and the hand-off run beside the sink's batches.
+        self._copy_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
+        self._handoff_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
+        register_snapshot_source(self._copy_session)
+        self.sink: ApplyChanges | None = None
+        self.lock = threading.RLock()  # held by the sink for a whole batch
+        self._requested: set[Table] = set()
+        self._signatures: dict[Table, tuple[str, ...]] = {}
+        self._copies: dict[Table, threading.Thread] = {}
+        self._failed: dict[Table, BaseException] = {}
+        self._position: int | None = None  # highest commit LSN of the batches applied so far
+        self._batch_max: int | None = None
+        self._max_lock = threading.Lock()
+        self._copies_lock = threading.RLock()
+        self._stop = threading.Event()
+        self._checker: threading.Thread | None = None
+        self._slot_numbers = itertools.count(1)
+
+    # ------------------------------------------------------------------------------------------
+    # life cycle
+
+    def attach(self, sink: ApplyChanges) -> None:
+        self.sink = sink
+
+    def start(self) -> None:
+        """Discover, switch and resume before the query starts; then check every few seconds."""
+        self.check()
+        self._checker = threading.Thread(target=self._check_loop, name="walspark-tablesync", daemon=True)
+        self._checker.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._checker is not None:
+            self._checker.join(timeout=60)
+
+    def finish(self) -> None:
+        """Wait for every copy and hand it off (``--once``: the run ends with every table ready)."""
+        self.check()
+        while True:
+            with self.lock:
+                running = [t for t in self._copies.values() if t.is_alive()]
+                if self._failed:
+                    table, exc = next(iter(self._failed.items()))
+                    raise RuntimeError(f"the copy of {table[0]}.{table[1]} failed: {exc}") from exc
+                if not running and not any(s.syncing for s in self.store.all()):
+                    return
+            for thread in running:
+                thread.join()
+            self.service()
+
+    def _check_loop(self) -> None:
+        while not self._stop.wait(self.check_seconds):
+            try:
+                self.check()
+            except Exception:
+                log.warning("table sync check failed", exc_info=True)
+
+    # ------------------------------------------------------------------------------------------
+    # discovery and requests
+
+    def check(self) -> None:
+        self.discover()
+        self.service()
+
+    def discover(self) -> None:
+        """Compare the publication with the states (see the module docstring)."""
+        from walspark.source.connect import connect_sql
+
+        with connect_sql(self.dsn) as conn:
+            published = membership(conn, self.publication)
+        with self.lock:
+            self._signatures = published
+            for table, signature in published.items():
+                state = self.store.get(*table)
+                if state is None:
+                    if _delta_exists(table_path(self.target, *table)):
+                        self.store.put(SyncState(*table, READY, signature=signature))
+                    else:
+                        self._request(table, "joined the publication")
+                elif state.state == LEFT:
+                    self._request(table, "re-joined the publication")
+                elif state.state == READY and state.signature and state.signature != signature:
+                    self._request(table, "was dropped from the publication and added again")
+                elif state.state == READY and not state.signature:
+                    self.store.put(SyncState(*table, READY, gen=state.gen, since=state.since,
+                                             handed_through=state.handed_through, signature=signature))
+            for state in self.store.all():
+                if (state.schema, state.table) not in published and state.state == READY:
+                    self.store.update(state.schema, state.table, state=LEFT)
+                    self.say(f"table {state.qualified} left the publication: its Delta table is kept and no "
+                             "longer changes; adding it again re-copies it")
+
+    def _request(self, table: Table, why: str) -> None:
+        if table not in self._requested:
+            self._requested.add(table)
+            self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
+
+    def service(self) -> None:
+        """Between batches: take re-copy requests, start copies, hand off finished ones."""
+        with self.lock:
+            done_files = []
+            for path, tables in self.store.pending_requests():
+                for table in tables:
+                    if table not in self._signatures:
+                        self.say(f"re-copy of {table[0]}.{table[1]} ignored: not a table of publication "
+                                 f"{self.publication!r}")
+                    else:
+                        self._request(table, "is to be re-copied (walspark resnapshot)")
+                done_files.append(path)
+            for table in sorted(self._requested):
+                state = self.store.get(*table)
+                if state is not None and state.syncing:
+                    continue  # a copy is under way already: it replaces the table as well
+                self._begin_copy(table, state)
+            self._requested.clear()
+            for path in done_files:  # only once the states they asked for are durable
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            for state in self.store.all():
+                table = (state.schema, state.table)
+                running = table in self._copies and self._copies[table].is_alive()
+                if state.state == COPYING and not running and table not in self._failed:
+                    self._launch(state)  # a copy a previous run did not finish: again, under a new slot
+                elif state.state == COPIED and not running and time.time() >= (state.copy_done or 0) + float(
+                        os.environ.get(HANDOFF_PAUSE_VARIABLE) or 0):  # test hook: batches go on meanwhile
+                    self._hand_off(state)
+
+    # ------------------------------------------------------------------------------------------
+    # the sink's hooks
+
+    @contextlib.contextmanager
+    def batch(self, batch_id: int) -> Iterator[None]:
+        """Around one batch of the sink: nothing else switches or hands off while it runs."""
+        with self.lock:
+            self.service()
+            self._batch_max = None
+            yield
+            if self._batch_max is not None:
+                self._position = max(self._position or 0, self._batch_max)
+
+    def route(self, table: Table, rows: DataFrame, facts: BatchFacts, batch_id: int,
+              session: SparkSession) -> tuple[DataFrame, BatchFacts] | None:  # fmt: skip
+        """What the sink applies of this table's batch; None: nothing (kept in the pending log, or
+        already applied by a hand-off)."""
+        from pyspark.sql import functions as F
+
+        with self._max_lock:  # not self.lock: the batch's thread holds it while the sink's pool runs this
+            self._batch_max = max(self._batch_max or 0, facts.max_commit_lsn)
+        state = self.store.get(*table)
+        if state is None and not _delta_exists(table_path(self.target, *table)):
+            # A table whose changes arrive before a check saw it join: copy it from here on.
+            state = self._begin_copy(table, None, "joined the publication")
+        if state is None:
+            return rows, facts
+        if state.syncing:
+            self._append_pending(state, rows, batch_id, session)
+            return None
+        if state.handed_through is not None and batch_id <= state.handed_through:
+            return None  # a replay of a batch whose changes of this table the hand-off applied
+        if state.since is not None and (self._position is None or self._position < state.since):
+            # The stream may still be behind the copy's consistent point: those changes are in it.
+            from .apply import batch_facts
+
+            rows = rows.where(F.col("_commit_lsn") >= state.since)
+            keys = self.sink.options_for(*table).keys if self.sink else None
+            kept = batch_facts(rows, table, keys)
+            return None if kept is None else (rows, kept)
+        return rows, facts
+
+    def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int, session: SparkSession) -> None:
+        from pyspark.sql import functions as F
+
+        from .apply import txn_app_id
+
+        app = self.sink._app_id if self.sink else "walspark"
+        options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
+                   "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
+        rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
+        path = self.store.pending_path(state.schema, state.table, state.gen)
+        if not _delta_exists(path):  # column mapping, like the target tables: any PostgreSQL name fits
+            from delta.tables import DeltaTable
+
+            from .tables import TABLE_PROPERTIES
+
+            builder = DeltaTable.createIfNotExists(session).location(path).addColumns(rows.schema)
+            for key, value in TABLE_PROPERTIES.items():
+                builder = builder.property(key, value)
+            builder.execute()
+        rows.write.format("delta").mode("append").options(**options).save(path)
+
+    # ------------------------------------------------------------------------------------------
+    # copy and hand-off
+
+    def _begin_copy(self, table: Table, previous: SyncState | None, why: str | None = None) -> SyncState:
+        """Switch the table to copying (durably, before its copy's slot exists) and start the copy.
+
+        Safe at any point of a batch or between batches: every batch before the current one is
+        applied, so the copy's consistent point, taken after this, lies beyond all their changes;
+        this batch's and later changes of the table go to its pending log.
+        """
+        with self._copies_lock:
+            current = self.store.get(*table)
+            if current is not None and current.syncing:
+                return current
+            if why:
+                self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
+            state = SyncState(*table, COPYING, gen=(previous.gen + 1) if previous else 1,
+                              signature=self._signatures.get(table, ()), copy_started=time.time())
+            self.store.put(state)
+            self._launch(state)
+            return state
+
+    def _launch(self, state: SyncState) -> None:
+        table = (state.schema, state.table)
+        thread = threading.Thread(target=self._copy, args=(state,), name=f"walspark-copy-{state.table}", daemon=True)
+        with self._copies_lock:
+            self._copies[table] = thread
+        thread.start()
+
+    def _copy(self, state: SyncState) -> None:
+        try:
+            self._copy_table(state)
+        except BaseException as exc:
+            if self._stop.is_set():
+                return
+            log.debug("copy failed", exc_info=True)
+            self._failed[(state.schema, state.table)] = exc
+            self.say(f"copy of {state.qualified} failed: {exc}; the next run copies it again")
+
+    def _copy_table(self, state: SyncState) -> None:
+        from walspark.protocol.lsn import format_lsn
+        from walspark.source.slots import create_slot_with_snapshot
+
+        from .snapshot import _plan_in_snapshot, plan_partitions, write_table
+
+        slot = f"walspark_sync_{os.getpid()}_{next(self._slot_numbers)}"
+        with create_slot_with_snapshot(self.dsn, slot, temporary=True) as exported:
+            consistent_point = exported.consistent_point
+            assert exported.snapshot_name is not None
+            plans, catalog = _plan_in_snapshot(self.dsn, exported.snapshot_name, self.publication)
+            plan = next((p for p in plans if (p.schema, p.table) == (state.schema, state.table)), None)
+            if plan is None:  # left the publication before the copy began: nothing to copy
+                self.store.update(state.schema, state.table, state=LEFT)
+                return
+            plan_partitions(plan, parallelism=self.parallelism)
+            self._stop.wait(float(os.environ.get(COPY_PAUSE_VARIABLE) or 0))
+            self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} "
+                     f"({len(plan.ranges)} tasks) while the stream goes on")
+            result = write_table(self._copy_session, self.dsn, exported.snapshot_name, plan,
+                                 table_path(self.target, state.schema, state.table), catalog=catalog,
+                                 progress=lambda update: self.say("copy of " + update.line()))  # fmt: skip
+        with self.store._lock:
+            current = self.store.get(state.schema, state.table)
+            if current is None or current.gen != state.gen or current.state != COPYING:
+                return  # superseded (should not happen: a syncing table is never re-requested)
+            self.store.update(state.schema, state.table, state=COPIED, since=consistent_point, rows=result.rows,
+                              copy_done=time.time())
+
+    def _hand_off(self, state: SyncState) -> None:
+        """Apply the pending changes at or after C, then the table is ready (idempotent: a replay
+        after a crash finds the MERGE's transaction id and skips it)."""
+        from pyspark.sql import functions as F
+
+        from .apply import _apply_table, batch_facts
+
+        assert self.sink is not None
+        table = (state.schema, state.table)
+        pending = self.store.pending_path(*table, state.gen)
+        through = None
+        applied = 0
+        if _delta_exists(pending):
+            spark = self._handoff_session
+            log_df = spark.read.format("delta").load(pending)
+            through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]
+            rows = log_df.where(F.col("_commit_lsn") >= state.since).drop(BATCH_COLUMN)
+            options = self.sink.options_for(*table)
+            facts = batch_facts(rows, table, options.keys)
+            if facts is not None:
+                # The transaction id names the copy by its consistent point: unique for ever, even
+                # across a new initial snapshot (Delta may keep transaction ids through REPLACE).
+                _apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
+                             app_id=f"{self.sink._app_id}/sync/{state.since:X}")  # fmt: skip
+                applied = facts.rows
+        path = table_path(self.target, *table)
+        self.sink._known.pop(path, None)  # the copy replaced the table: forget its cached shape
+        self.sink._known.pop(f"{path}\0ids", None)
+        self.store.update(*table, state=READY, handed_through=through)
+        shutil.rmtree(pending, ignore_errors=True)
+        self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
+                 "made during the copy applied; streaming it from here")
+
+
+def _delta_exists(path: str) -> bool:
+    from .snapshot import _local
+
+    return (_local(path) / "_delta_log").is_dir()

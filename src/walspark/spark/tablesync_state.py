@@ -1,0 +1,174 @@
+"""The durable per-table sync states and re-copy requests under ``<target>/_walspark/tablesync/``.
+
+Why a file of our own and not rows of the progress table: the states change outside batches (a
+copy thread finishing, a ``walspark resnapshot`` request) and must be read before Spark starts a
+query; one small JSON document, replaced atomically (write, fsync, rename), is enough and is never
+torn. See docs/design/table-sync.md for the state machine:
+
+``copying(gen)`` → ``copied(gen, C)`` → ``ready(since=C, handed_through=B)``; a table that left
+the publication is ``left``. A table with no entry and a Delta table is ``ready`` (the initial
+snapshot's tables, or targets written before table sync existed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from .durable import write_json_durably
+from .tables import path_segment
+
+__all__ = ["COPIED", "COPYING", "LEFT", "READY", "SyncState", "SyncStore", "request_resnapshot"]
+
+COPYING = "copying"
+COPIED = "copied"
+READY = "ready"
+LEFT = "left"
+
+Table = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncState:
+    """One table's sync state (see the module docstring)."""
+
+    schema: str
+    table: str
+    state: str
+    #: Copy generation: each new copy of the table gets the next one (scopes its pending log and
+    #: the transaction ids of its hand-off, so a second copy never collides with the first).
+    gen: int = 0
+    #: The copy's consistent point C: changes with commit LSN >= C are not in the copy.
+    since: int | None = None
+    #: The highest batch whose changes of this table went into the pending log that the hand-off
+    #: applied: a replay of such a batch must not apply them again.
+    handed_through: int | None = None
+    #: Publication membership the table was last seen with (relation oid, pg_publication_rel /
+    #: _namespace oids): a drop and re-add of the table changes it even between two checks.
+    signature: tuple[str, ...] = ()
+    rows: int | None = None
+    #: Wall-clock times (seconds since the epoch) of the copy's start and its commit, for humans
+    #: and tests.
+    copy_started: float | None = None
+    copy_done: float | None = None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def syncing(self) -> bool:
+        """Changes of the table go to its pending log, not to its Delta table."""
+        return self.state in (COPYING, COPIED)
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["signature"] = list(self.signature)
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, object]) -> SyncState:
+        d = dict(d)
+        d["signature"] = tuple(d.get("signature") or ())  # type: ignore[arg-type]
+        return SyncState(**d)  # type: ignore[arg-type]
+
+
+@dataclass
+class SyncStore:
+    """Reads and replaces ``state.json``; thread-safe (the sink and copy threads both write)."""
+
+    home: Path  # <target>/_walspark/tablesync
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    _states: dict[Table, SyncState] | None = field(default=None, repr=False)
+
+    @classmethod
+    def for_target(cls, target: str) -> SyncStore:
+        from .snapshot import _local
+
+        return cls(_local(target) / "_walspark" / "tablesync")
+
+    @property
+    def path(self) -> Path:
+        return self.home / "state.json"
+
+    @property
+    def requests(self) -> Path:
+        return self.home / "requests"
+
+    def pending_path(self, schema: str, table: str, gen: int) -> str:
+        """The pending change log (a Delta table) of one copy generation of a table."""
+        return str(self.home / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}")
+
+    def _load(self) -> dict[Table, SyncState]:
+        if self._states is None:
+            states: dict[Table, SyncState] = {}
+            if self.path.exists():
+                for d in json.loads(self.path.read_text())["tables"]:
+                    s = SyncState.from_dict(d)
+                    states[(s.schema, s.table)] = s
+            self._states = states
+        return self._states
+
+    def get(self, schema: str, table: str) -> SyncState | None:
+        with self._lock:
+            return self._load().get((schema, table))
+
+    def all(self) -> list[SyncState]:
+        with self._lock:
+            return list(self._load().values())
+
+    def put(self, *states: SyncState) -> None:
+        """Record these states durably (the file is replaced as a whole)."""
+        with self._lock:
+            current = dict(self._load())
+            for s in states:
+                current[(s.schema, s.table)] = s
+            self.home.mkdir(parents=True, exist_ok=True)
+            write_json_durably(self.path, {"tables": [s.to_dict() for s in current.values()]}, indent=1)
+            self._states = current
+
+    def update(self, schema: str, table: str, **changes: object) -> SyncState:
+        with self._lock:
+            state = replace(self._load()[(schema, table)], **changes)  # type: ignore[arg-type]
+            self.put(state)
+            return state
+
+    def reset(self) -> None:
+        """Forget every state and pending log: a new initial snapshot copied every table again
+        (its batch ids start a new checkpoint history, so ``handed_through`` would mislead)."""
+        import shutil
+
+        with self._lock:
+            shutil.rmtree(self.home / "pending", ignore_errors=True)
+            if self.path.exists():
+                self.path.unlink()
+            self._states = None
+
+    # requests (written by ``walspark resnapshot``, consumed by the running pipeline)
+
+    def pending_requests(self) -> Iterator[tuple[Path, list[Table]]]:
+        if not self.requests.is_dir():
+            return
+        for path in sorted(self.requests.glob("*.json")):
+            try:
+                tables = [tuple(t) for t in json.loads(path.read_text())["tables"]]
+            except (OSError, ValueError, KeyError):
+                continue  # a file being written by hand; only renamed files count
+            yield path, tables  # type: ignore[misc]
+
+
+def request_resnapshot(target: str, tables: Iterable[Table]) -> Path:
+    """Ask the pipeline of ``target`` to re-copy ``tables`` (durably; a running ``walspark run``
+    picks it up within its check interval, otherwise the next one does)."""
+    store = SyncStore.for_target(target)
+    store.requests.mkdir(parents=True, exist_ok=True)
+    path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
+    write_json_durably(path, {"tables": [list(t) for t in tables], "requested_at": time.time(),
+                              "pid": os.getpid()})  # fmt: skip
+    return path
