@@ -24,7 +24,7 @@ import decimal
 import json
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -165,18 +165,55 @@ def _delta_rows(spark: SparkSession, target: str, table: PublishedTable) -> list
     exprs, readers = [], []
     for name in table.columns:
         quoted = f"`{name.replace('`', '``')}`"
-        kind = frame.schema[name].dataType.typeName()
-        if kind in ("timestamp", "timestamp_ntz"):  # read as µs: ±infinity sentinels are past Python's datetime
-            exprs.append(f"unix_micros(CAST({quoted} AS TIMESTAMP))")
-            readers.append(_timestamp_from_micros)
-        elif kind == "date":
-            exprs.append(f"unix_date({quoted})")
-            readers.append(_date_from_days)
-        else:
-            exprs.append(quoted)
-            readers.append(None)
+        numeric = _temporal_as_numbers(quoted, frame.schema[name].dataType)
+        exprs.append(numeric[0] if numeric else quoted)
+        readers.append(numeric[1] if numeric else None)
     return [tuple(v if read is None else read(v) for v, read in zip(r, readers, strict=True))
             for r in frame.selectExpr(*exprs).collect()]
+
+
+Reader = Callable[[Any], Any]
+
+
+def _temporal_as_numbers(expr: str, dtype: Any, depth: int = 0) -> tuple[str, Reader] | None:
+    """``expr`` with every timestamp and date in it — top level or nested in arrays, structs (ranges,
+    composites) and maps — read as µs / days since the epoch, and the reader that turns those back
+    into what the oracle compares; None when ``dtype`` holds no timestamp or date. Why: Spark's
+    collect() makes Python datetimes, which end at year 9999, so walspark's ±infinity sentinels
+    (docs/types.md) would fail the read instead of comparing as PostgreSQL's words."""
+    kind = dtype.typeName()
+    if kind in ("timestamp", "timestamp_ntz"):
+        return f"unix_micros(CAST({expr} AS TIMESTAMP))", _timestamp_from_micros
+    if kind == "date":
+        return f"unix_date({expr})", _date_from_days
+    var = f"_oracle{depth}"
+    if kind == "array":
+        inner = _temporal_as_numbers(var, dtype.elementType, depth + 1)
+        if inner is None:
+            return None
+        read_element = inner[1]
+        return (f"transform({expr}, {var} -> {inner[0]})",
+                lambda v: None if v is None else [read_element(e) for e in v])
+    if kind == "map":
+        inner = _temporal_as_numbers(var, dtype.valueType, depth + 1)
+        if inner is None:
+            return None
+        read_value = inner[1]
+        return (f"transform_values({expr}, (_key{depth}, {var}) -> {inner[0]})",
+                lambda v: None if v is None else {k: read_value(e) for k, e in v.items()})
+    if kind == "struct":
+        fields = [(f.name, _temporal_as_numbers(f"{expr}.`{f.name.replace('`', '``')}`", f.dataType, depth + 1))
+                  for f in dtype.fields]
+        if all(inner is None for _, inner in fields):
+            return None
+        parts = ", ".join(f"'{name.replace(chr(39), chr(39) * 2)}', "
+                          f"{inner[0] if inner else expr + '.`' + name.replace('`', '``') + '`'}"
+                          for name, inner in fields)
+        field_readers = [inner[1] if inner else None for _, inner in fields]
+        return (f"IF({expr} IS NULL, NULL, named_struct({parts}))",
+                lambda v: None if v is None else tuple(
+                    e if read is None else read(e) for e, read in zip(v, field_readers, strict=True)))
+    return None
 
 
 _INT64_MAX, _INT32_MAX = 2**63 - 1, 2**31 - 1

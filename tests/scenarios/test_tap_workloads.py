@@ -205,9 +205,6 @@ def _final_expectations(workload: Workload) -> tuple[Expect, ...]:
 KNOWN_GAPS = {
     ("006_rewrite", "stepwise"): "ADD COLUMN ... DEFAULT with no later change of the table: the new column reaches "
                                  "the target only with the table's next change (no Relation message before it)",
-    ("002_types", "stepwise"): "the oracle (not walspark) cannot read an infinite timestamp nested in an array or "
-                               "range from Delta: Python's datetime ends at year 9999 (top-level ones are read as "
-                               "numbers)",
 }
 
 
