@@ -22,17 +22,20 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from psycopg.adapt import Loader
+
 if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
 
-__all__ = ["PublishedTable", "assert_matches_publication", "canonical", "publication_mismatches",
+__all__ = ["PublishedTable", "assert_matches_publication", "canonical", "oracle_cursor", "publication_mismatches",
            "published_tables", "run_once"]
 
 
@@ -239,13 +242,117 @@ def _date_from_days(days: int | None) -> object:
     return "infinity" if days > 0 else "-infinity"
 
 
+# ----------------------------------------------------------------------------- the publisher side
+#
+# psycopg's default Python forms of some types cannot equal any Delta value (an interval's months
+# become 30-day timedeltas, an unregistered composite or enum array is one string, a range a
+# psycopg Range, an infinite timestamp an error). The oracle's cursor therefore loads each such
+# value as its parts — an interval as (months, days, microseconds), a range as (lower, upper,
+# lower_inc, upper_inc, empty), a composite as its fields, an enum as its label, ±infinity as that
+# word — which are PostgreSQL's own decompositions of the value and walspark's Delta layout
+# (docs/types.md). The loaders live on a cursor of its own: the caller's connection keeps its forms.
+
+_INTERVAL_PART = re.compile(r"([+-]?\d+) (year|mon|day)s?")
+_INTERVAL_TIME = re.compile(r"([+-]?)(\d+):(\d+):(\d+(?:\.\d+)?)")
+
+
+class _IntervalPartsLoader(Loader):
+    """``interval`` (IntervalStyle postgres) as (months, days, microseconds), exactly."""
+
+    def load(self, data: Any) -> tuple[int, int, int]:
+        text = bytes(data).decode()
+        months = days = 0
+        for number, unit in _INTERVAL_PART.findall(text):
+            if unit == "year":
+                months += 12 * int(number)
+            elif unit == "mon":
+                months += int(number)
+            else:
+                days += int(number)
+        micros = 0
+        match = _INTERVAL_TIME.search(text)
+        if match:
+            sign, hours, minutes, seconds = match.groups()
+            whole, _, frac = seconds.partition(".")
+            micros = ((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + int((frac + "000000")[:6])
+            micros = -micros if sign == "-" else micros
+        return months, days, micros
+
+
+def _infinity_aware(base: type[Loader]) -> type[Loader]:
+    """A date/timestamp loader that gives ``infinity``/``-infinity`` as the word instead of failing."""
+
+    class InfinityAware(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data: Any) -> Any:
+            raw = bytes(data)
+            return raw.decode() if raw in (b"infinity", b"-infinity") else self._base.load(data)
+
+    return InfinityAware
+
+
+def _range_parts(base: type[Loader]) -> type[Loader]:
+    """A range loader giving (lower, upper, lower_inc, upper_inc, empty)."""
+
+    class RangeParts(Loader):
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data: Any) -> tuple[Any, ...]:
+            rng = self._base.load(data)
+            return rng.lower, rng.upper, rng.lower_inc, rng.upper_inc, rng.isempty
+
+    return RangeParts
+
+
+def oracle_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor of ``conn`` that loads every value in the form the oracle compares (see above)."""
+    from psycopg.pq import Format
+    from psycopg.types import TypeInfo
+    from psycopg.types.array import register_array
+    from psycopg.types.composite import CompositeInfo, register_composite
+    from psycopg.types.string import TextLoader
+
+    cur = conn.cursor()
+    adapters = cur.adapters
+    adapters.register_loader("interval", _IntervalPartsLoader)
+    for name in ("date", "timestamp", "timestamptz"):
+        adapters.register_loader(name, _infinity_aware(adapters.get_loader(adapters.types[name].oid, Format.TEXT)))
+    user_types = conn.execute(
+        "SELECT t.oid::regtype::text, t.typtype::text FROM pg_type t"
+        " LEFT JOIN pg_class c ON c.oid = t.typrelid"
+        " WHERE t.typtype = 'e' OR t.typtype = 'r' OR (t.typtype = 'c' AND c.relkind = 'c')"
+        " ORDER BY t.typtype DESC").fetchall()
+    for name, kind in user_types:  # enums and ranges first: composites hold them
+        info = adapters.types.get(name) or TypeInfo.fetch(conn, name)
+        if info is None:
+            continue
+        if kind == "e":
+            adapters.register_loader(info.oid, TextLoader)
+        elif kind == "r":
+            base = adapters.get_loader(info.oid, Format.TEXT)
+            if base is not None:
+                adapters.register_loader(info.oid, _range_parts(base))
+        if kind in "er":
+            register_array(info, cur)
+    for name, kind in user_types:
+        if kind == "c":
+            register_composite(CompositeInfo.fetch(conn, name), cur)
+    return cur
+
+
 def publication_mismatches(conn: psycopg.Connection, spark: SparkSession, target: str,
                            publications: str | Sequence[str]) -> dict[str, dict[str, object]]:
     """Per published table whose Delta table differs from what the publication publishes: counts and
     a few rows on each side. Empty when every table matches."""
     out: dict[str, dict[str, object]] = {}
+    cur = oracle_cursor(conn)
     for table in published_tables(conn, publications):
-        source = Counter(_key(r) for r in conn.execute(table.source_query()).fetchall())
+        source = Counter(_key(r) for r in cur.execute(table.source_query()).fetchall())
         rows = _delta_rows(spark, target, table)
         delta = Counter(_key(r) for r in rows) if rows is not None else Counter()
         if source == delta and (rows is not None or not source):
