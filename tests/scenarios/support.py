@@ -190,20 +190,15 @@ def _temporal_as_numbers(expr: str, dtype: Any, depth: int = 0) -> tuple[str, Re
     if kind == "date":
         return f"unix_date({expr})", _date_from_days
     var = f"_oracle{depth}"
-    if kind == "array":
-        inner = _temporal_as_numbers(var, dtype.elementType, depth + 1)
+    if kind in ("array", "map"):  # their elements, or their values (map keys are never temporal here)
+        inner = _temporal_as_numbers(var, dtype.elementType if kind == "array" else dtype.valueType, depth + 1)
         if inner is None:
             return None
-        read_element = inner[1]
-        return (f"transform({expr}, {var} -> {inner[0]})",
-                lambda v: None if v is None else [read_element(e) for e in v])
-    if kind == "map":
-        inner = _temporal_as_numbers(var, dtype.valueType, depth + 1)
-        if inner is None:
-            return None
-        read_value = inner[1]
-        return (f"transform_values({expr}, (_key{depth}, {var}) -> {inner[0]})",
-                lambda v: None if v is None else {k: read_value(e) for k, e in v.items()})
+        convert, read = inner
+        if kind == "array":
+            return f"transform({expr}, {var} -> {convert})", lambda v: None if v is None else [read(e) for e in v]
+        return (f"transform_values({expr}, (_key{depth}, {var}) -> {convert})",
+                lambda v: None if v is None else {k: read(e) for k, e in v.items()})
     if kind == "struct":
         fields = [(f.name, _temporal_as_numbers(f"{expr}.`{f.name.replace('`', '``')}`", f.dataType, depth + 1))
                   for f in dtype.fields]
