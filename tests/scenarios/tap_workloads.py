@@ -462,17 +462,24 @@ W014 = Workload(
 
 # ----------------------------------------------------------------------------- 013_partition
 
-_013_TAB1 = """
+#: 013's tables (shared with test_partitions.py): tab1 (its first partition's columns in another
+#: order, a default partition) and the sub-partitioned tab4.
+PARTITION_013_TAB1 = """
 CREATE TABLE tab1 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
 CREATE TABLE tab1_1 (b text, a int NOT NULL);
 ALTER TABLE tab1 ATTACH PARTITION tab1_1 FOR VALUES IN (1, 2, 3);
 CREATE TABLE tab1_2 PARTITION OF tab1 FOR VALUES IN (4, 5, 6);
 CREATE TABLE tab1_def PARTITION OF tab1 DEFAULT;
 """
+PARTITION_013_TAB4 = """
+CREATE TABLE tab4 (a int PRIMARY KEY) PARTITION BY LIST (a);
+CREATE TABLE tab4_1 PARTITION OF tab4 FOR VALUES IN (-1, 0, 1) PARTITION BY LIST (a);
+CREATE TABLE tab4_1_1 PARTITION OF tab4_1 FOR VALUES IN (-1, 0, 1);
+"""
 
 W013 = Workload(
     "013_partition", "013_partition.pl",
-    "CREATE PUBLICATION pub1; CREATE PUBLICATION pub_all FOR ALL TABLES;" + _013_TAB1
+    "CREATE PUBLICATION pub1; CREATE PUBLICATION pub_all FOR ALL TABLES;" + PARTITION_013_TAB1
     + "ALTER PUBLICATION pub1 ADD TABLE tab1, tab1_1;", "pub1",
     (_s("INSERT INTO tab1 VALUES (1)", "INSERT INTO tab1_1 (a) VALUES (3)", "INSERT INTO tab1_2 VALUES (5)",
         "INSERT INTO tab1 VALUES (0)"),
@@ -488,16 +495,18 @@ W013 = Workload(
          "(pub1; sub2's pub_all publishes the same leaves). The rows subscriber1 holds before the "
          "TRUNCATE are inserted on the publisher; subscriber-side conflicts and triggers do not apply")
 
-_013_ROOT_SETUP = _013_TAB1 + """
+#: 013's tab2 (its first partition's columns in another order) and tab3 (for pub_viaroot, whose
+#: tab3_1 goes as itself): shared with test_partitions.py.
+PARTITION_013_TAB2_TAB3 = """
 CREATE TABLE tab2 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
 CREATE TABLE tab2_1 (b text, a int NOT NULL);
 ALTER TABLE tab2 ATTACH PARTITION tab2_1 FOR VALUES IN (0, 1, 2, 3);
 CREATE TABLE tab2_2 PARTITION OF tab2 FOR VALUES IN (5, 6);
 CREATE TABLE tab3 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
 CREATE TABLE tab3_1 PARTITION OF tab3 FOR VALUES IN (0, 1, 2, 3, 5, 6);
-CREATE TABLE tab4 (a int PRIMARY KEY) PARTITION BY LIST (a);
-CREATE TABLE tab4_1 PARTITION OF tab4 FOR VALUES IN (-1, 0, 1) PARTITION BY LIST (a);
-CREATE TABLE tab4_1_1 PARTITION OF tab4_1 FOR VALUES IN (-1, 0, 1);
+"""
+
+_013_ROOT_SETUP = PARTITION_013_TAB1 + PARTITION_013_TAB4 + PARTITION_013_TAB2_TAB3 + """
 CREATE TABLE tab5 (a int NOT NULL, b int);
 CREATE UNIQUE INDEX tab5_a_idx ON tab5 (a);
 ALTER TABLE tab5 REPLICA IDENTITY USING INDEX tab5_a_idx;
@@ -582,27 +591,15 @@ W015 = Workload(
     walsender=STREAM_64KB,
     note="two interleaved streamed transactions, a streamed one, then a small one")
 
-_016_TXN = """BEGIN;
-INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(3, 5) s(i);
-UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;
-DELETE FROM test_tab WHERE mod(a,3) = 0;
-SAVEPOINT s1;
-INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(6, 8) s(i);
-UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;
-DELETE FROM test_tab WHERE mod(a,3) = 0;
-SAVEPOINT s2;
-INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(9, 11) s(i);
-UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;
-DELETE FROM test_tab WHERE mod(a,3) = 0;
-SAVEPOINT s3;
-INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(12, 14) s(i);
-UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;
-DELETE FROM test_tab WHERE mod(a,3) = 0;
-SAVEPOINT s4;
-INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series(15, 17) s(i);
-UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;
-DELETE FROM test_tab WHERE mod(a,3) = 0;
-COMMIT;"""
+def _016_subxact(first: int) -> str:
+    """One subtransaction's DML of 016_stream_subxact.pl (rows ``first`` to ``first + 2``)."""
+    return (f"INSERT INTO test_tab SELECT i, sha256(i::text::bytea) FROM generate_series({first}, {first + 2}) s(i);\n"
+            "UPDATE test_tab SET b = sha256(b) WHERE mod(a,2) = 0;\nDELETE FROM test_tab WHERE mod(a,3) = 0;\n")
+
+
+#: The top transaction and four savepoints s1-s4, each inserting three rows, updating and deleting.
+_016_TXN = ("BEGIN;\n" + "".join(f"SAVEPOINT s{k};\n" * (k > 0) + _016_subxact(3 + 3 * k) for k in range(5))
+            + "COMMIT;")
 
 W016 = Workload(
     "016_stream_subxact", "016_stream_subxact.pl",
@@ -744,7 +741,9 @@ W025 = Workload(
 
 # ----------------------------------------------------------------------------- 028_row_filter
 
-_028_SETUP = """
+#: The 028 tables, their initial rows and the first catch-up's DML — shared with
+#: test_row_filters.py, which publishes them through the TAP's several publications.
+ROWFILTER_028_TABLES = """
 CREATE TABLE tab_rowfilter_1 (a int primary key, b text);
 ALTER TABLE tab_rowfilter_1 REPLICA IDENTITY FULL;
 CREATE TABLE tab_rowfilter_2 (c int primary key);
@@ -755,6 +754,9 @@ CREATE TABLE tab_rowfilter_less_10k (LIKE tab_rowfilter_partitioned);
 ALTER TABLE tab_rowfilter_partitioned ATTACH PARTITION tab_rowfilter_less_10k FOR VALUES FROM (MINVALUE) TO (10000);
 CREATE TABLE tab_rowfilter_greater_10k (LIKE tab_rowfilter_partitioned);
 ALTER TABLE tab_rowfilter_partitioned ATTACH PARTITION tab_rowfilter_greater_10k FOR VALUES FROM (10000) TO (MAXVALUE);
+CREATE TABLE tab_rowfilter_partitioned_2 (a int primary key, b integer) PARTITION BY RANGE(a);
+CREATE TABLE tab_rowfilter_partition (LIKE tab_rowfilter_partitioned_2);
+ALTER TABLE tab_rowfilter_partitioned_2 ATTACH PARTITION tab_rowfilter_partition DEFAULT;
 CREATE TABLE tab_rowfilter_toast (a text NOT NULL, b text NOT NULL);
 ALTER TABLE tab_rowfilter_toast ALTER COLUMN a SET STORAGE EXTERNAL;
 CREATE UNIQUE INDEX tab_rowfilter_toast_ri_index on tab_rowfilter_toast (a, b);
@@ -763,13 +765,9 @@ CREATE TABLE tab_rowfilter_inherited (a int);
 CREATE TABLE tab_rowfilter_child (b text) INHERITS (tab_rowfilter_inherited);
 CREATE TABLE tab_rowfilter_viaroot_part (a int) PARTITION BY RANGE (a);
 CREATE TABLE tab_rowfilter_viaroot_part_1 PARTITION OF tab_rowfilter_viaroot_part FOR VALUES FROM (1) TO (20);
-CREATE PUBLICATION tap_pub_1 FOR TABLE tab_rowfilter_1 WHERE (a > 1000 AND b <> 'filtered'),
-  tab_rowfilter_2 WHERE (c % 2 = 0), tab_rowfilter_3,
-  tab_rowfilter_partitioned, tab_rowfilter_less_10k WHERE (a < 6000),
-  tab_rowfilter_toast WHERE (a = repeat('1234567890', 200) AND b < '10'),
-  tab_rowfilter_inherited WHERE (a > 15);
-CREATE PUBLICATION tap_pub_viaroot_1 FOR TABLE tab_rowfilter_viaroot_part WHERE (a > 15)
-  WITH (publish_via_partition_root);
+"""
+
+ROWFILTER_028_INITIAL = """
 INSERT INTO tab_rowfilter_1 (a, b) VALUES (1, 'not replicated');
 INSERT INTO tab_rowfilter_1 (a, b) VALUES (1500, 'filtered');
 INSERT INTO tab_rowfilter_1 (a, b) VALUES (1980, 'not filtered');
@@ -780,34 +778,50 @@ INSERT INTO tab_rowfilter_4 (c) SELECT generate_series(1, 10);
 INSERT INTO tab_rowfilter_partitioned (a, b) VALUES(1, 100),(7000, 101),(15000, 102),(5500, 300);
 INSERT INTO tab_rowfilter_less_10k (a, b) VALUES(2, 200),(6005, 201);
 INSERT INTO tab_rowfilter_greater_10k (a, b) VALUES(16000, 103);
+INSERT INTO tab_rowfilter_partitioned_2 (a, b) VALUES(1, 1),(20, 20);
 INSERT INTO tab_rowfilter_toast(a, b) VALUES(repeat('1234567890', 200), '1234567890');
 INSERT INTO tab_rowfilter_inherited(a) VALUES(10),(20);
 INSERT INTO tab_rowfilter_child(a, b) VALUES(0,'0'),(30,'30'),(40,'40');
 """
 
+ROWFILTER_028_DML = (
+    "INSERT INTO tab_rowfilter_1 (a, b) VALUES (800, 'test 800')",
+    "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1600, 'test 1600')",
+    "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1601, 'test 1601')",
+    "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1602, 'filtered')",
+    "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1700, 'test 1700')",
+    "UPDATE tab_rowfilter_1 SET b = NULL WHERE a = 1600",  # leaves the filter: a DELETE
+    "UPDATE tab_rowfilter_1 SET b = 'test 1601 updated' WHERE a = 1601",
+    "UPDATE tab_rowfilter_1 SET b = 'test 1602 updated' WHERE a = 1602",  # enters it: an INSERT
+    "DELETE FROM tab_rowfilter_1 WHERE a = 1700",
+    "INSERT INTO tab_rowfilter_2 (c) VALUES (21), (22), (23), (24), (25)",
+    "INSERT INTO tab_rowfilter_4 (c) VALUES (0), (11), (12)",
+    "INSERT INTO tab_rowfilter_inherited (a) VALUES (14), (16)",
+    "INSERT INTO tab_rowfilter_child (a, b) VALUES (13, '13'), (17, '17')",
+)
+
+#: The old row fails the filter, the new one passes, the TOASTed key unchanged: an INSERT.
+ROWFILTER_028_TOAST_UPDATE = "UPDATE tab_rowfilter_toast SET b = '1'"
+
+_028_SETUP = ROWFILTER_028_TABLES + """
+CREATE PUBLICATION tap_pub_1 FOR TABLE tab_rowfilter_1 WHERE (a > 1000 AND b <> 'filtered'),
+  tab_rowfilter_2 WHERE (c % 2 = 0), tab_rowfilter_3,
+  tab_rowfilter_partitioned, tab_rowfilter_less_10k WHERE (a < 6000),
+  tab_rowfilter_toast WHERE (a = repeat('1234567890', 200) AND b < '10'),
+  tab_rowfilter_inherited WHERE (a > 15);
+CREATE PUBLICATION tap_pub_viaroot_1 FOR TABLE tab_rowfilter_viaroot_part WHERE (a > 15)
+  WITH (publish_via_partition_root);
+""" + ROWFILTER_028_INITIAL
+
 _028_STEPS = (
-    _s("INSERT INTO tab_rowfilter_1 (a, b) VALUES (800, 'test 800')",
-       "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1600, 'test 1600')",
-       "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1601, 'test 1601')",
-       "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1602, 'filtered')",
-       "INSERT INTO tab_rowfilter_1 (a, b) VALUES (1700, 'test 1700')",
-       "UPDATE tab_rowfilter_1 SET b = NULL WHERE a = 1600",  # leaves the filter: a DELETE
-       "UPDATE tab_rowfilter_1 SET b = 'test 1601 updated' WHERE a = 1601",
-       "UPDATE tab_rowfilter_1 SET b = 'test 1602 updated' WHERE a = 1602",  # enters it: an INSERT
-       "DELETE FROM tab_rowfilter_1 WHERE a = 1700",
-       "INSERT INTO tab_rowfilter_2 (c) VALUES (21), (22), (23), (24), (25)",
-       "INSERT INTO tab_rowfilter_4 (c) VALUES (0), (11), (12)",
-       "INSERT INTO tab_rowfilter_inherited (a) VALUES (14), (16)",
-       "INSERT INTO tab_rowfilter_child (a, b) VALUES (13, '13'), (17, '17')",
-       "INSERT INTO tab_rowfilter_viaroot_part (a) VALUES (14), (15), (16)"),
+    _s(*ROWFILTER_028_DML, "INSERT INTO tab_rowfilter_viaroot_part (a) VALUES (14), (15), (16)"),
     _s("INSERT INTO tab_rowfilter_partitioned (a, b) VALUES(4000, 400),(4001, 401),(4002, 402)",
        "INSERT INTO tab_rowfilter_less_10k (a, b) VALUES(4500, 450)",
        "INSERT INTO tab_rowfilter_less_10k (a, b) VALUES(5600, 123)",
        "INSERT INTO tab_rowfilter_greater_10k (a, b) VALUES(14000, 1950)",
        "UPDATE tab_rowfilter_less_10k SET b = 30 WHERE a = 4001",
        "DELETE FROM tab_rowfilter_less_10k WHERE a = 4002"),
-    # the old row fails the filter, the new one passes, the TOASTed key unchanged: an INSERT
-    _s("UPDATE tab_rowfilter_toast SET b = '1'"),
+    _s(ROWFILTER_028_TOAST_UPDATE),
 )
 
 W028 = Workload(
@@ -820,20 +834,24 @@ W028 = Workload(
 W028_VIAROOT = Workload(
     "028_row_filter:viaroot", "028_row_filter.pl", _028_SETUP, "tap_pub_viaroot_1", _028_STEPS[:1],
     note="tap_pub_viaroot_1 alone (the TAP subscribes to it with tap_pub_viaroot_2): the root's filter")
+#: 028's TABLES IN SCHEMA case (shared with test_row_filters.py, which adds tap_pub_x beside it).
+ROWFILTER_028_IN_SCHEMA = """
+CREATE SCHEMA schema_rf_x;
+CREATE TABLE schema_rf_x.tab_rf_x (x int primary key);
+CREATE TABLE schema_rf_x.tab_rf_partitioned (x int primary key) PARTITION BY RANGE(x);
+CREATE TABLE public.tab_rf_partition (LIKE schema_rf_x.tab_rf_partitioned);
+ALTER TABLE schema_rf_x.tab_rf_partitioned ATTACH PARTITION public.tab_rf_partition DEFAULT;
+INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (0), (5), (10), (15), (20);
+INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (1), (20);
+CREATE PUBLICATION tap_pub_allinschema FOR TABLES IN SCHEMA schema_rf_x, TABLE schema_rf_x.tab_rf_x WHERE (x > 10);
+ALTER PUBLICATION tap_pub_allinschema ADD TABLE public.tab_rf_partition WHERE (x > 10);
+"""
+ROWFILTER_028_IN_SCHEMA_DML = ("INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (-99), (99)",
+                               "INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (5), (25)")
+
 W028_SCHEMA = Workload(
-    "028_row_filter:schema", "028_row_filter.pl",
-    """CREATE SCHEMA schema_rf_x;
-    CREATE TABLE schema_rf_x.tab_rf_x (x int primary key);
-    CREATE TABLE schema_rf_x.tab_rf_partitioned (x int primary key) PARTITION BY RANGE(x);
-    CREATE TABLE public.tab_rf_partition (LIKE schema_rf_x.tab_rf_partitioned);
-    ALTER TABLE schema_rf_x.tab_rf_partitioned ATTACH PARTITION public.tab_rf_partition DEFAULT;
-    INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (0), (5), (10), (15), (20);
-    INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (1), (20);
-    CREATE PUBLICATION tap_pub_allinschema FOR TABLES IN SCHEMA schema_rf_x, TABLE schema_rf_x.tab_rf_x WHERE (x > 10);
-    ALTER PUBLICATION tap_pub_allinschema ADD TABLE public.tab_rf_partition WHERE (x > 10);""",
-    "tap_pub_allinschema",
-    (_s("INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (-99), (99)",
-        "INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (5), (25)"),),
+    "028_row_filter:schema", "028_row_filter.pl", ROWFILTER_028_IN_SCHEMA, "tap_pub_allinschema",
+    (_s(*ROWFILTER_028_IN_SCHEMA_DML),),
     note="the TABLES IN SCHEMA case: the schema's table is unfiltered, the partition in another schema "
          "filtered (the TAP's tap_pub_x beside it adds nothing to the union)")
 

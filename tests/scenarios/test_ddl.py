@@ -65,19 +65,15 @@ def _stops(dsn: str, target: str, expected: str) -> str:
     return lines[0]
 
 
-@MODES
-def test_drop_column_with_changes_before_and_after(spark, pg18_dsn, tmp_path, backlog):
-    _workload(spark, pg18_dsn, tmp_path, [
+#: The DDL workloads a run applies, by name: the steps.
+APPLIED: dict[str, list[str]] = {
+    "drop_column_with_changes_before_and_after": [
         "UPDATE t SET b = 'x' || id WHERE id <= 2; INSERT INTO t VALUES (7, 7, 'seven'); UPDATE other SET v = 'y'",
         "ALTER TABLE t DROP COLUMN b",
         "UPDATE t SET a = a + 10 WHERE id IN (1, 3); INSERT INTO t VALUES (8, 8); DELETE FROM t WHERE id = 5",
-    ], backlog)
-
-
-@MODES
-def test_several_ddls_of_one_table(spark, pg18_dsn, tmp_path, backlog):
-    """ADD, DROP, ADD again (the dropped name, another type), a constant default, changes between."""
-    _workload(spark, pg18_dsn, tmp_path, [
+    ],
+    # ADD, DROP, ADD again (the dropped name, another type), a constant default, changes between.
+    "several_ddls_of_one_table": [
         "UPDATE t SET b = 'u' WHERE id = 1",
         "ALTER TABLE t ADD COLUMN c text; UPDATE t SET c = 'c' || id WHERE id < 3",
         "ALTER TABLE t DROP COLUMN b; INSERT INTO t (id, a, c) VALUES (10, 10, 'ten')",
@@ -85,52 +81,72 @@ def test_several_ddls_of_one_table(spark, pg18_dsn, tmp_path, backlog):
         "ALTER TABLE t ADD COLUMN d numeric(6,2) DEFAULT 7.5; UPDATE t SET d = 1 WHERE id = 1;"
         "INSERT INTO t (id, a) VALUES (11, 11)",
         "ALTER TABLE t DROP COLUMN c; UPDATE t SET a = -a WHERE id = 2",
-    ], backlog)
-
-
-@MODES
-def test_drop_and_add_again_with_another_type(spark, pg18_dsn, tmp_path, backlog):
-    _workload(spark, pg18_dsn, tmp_path, [
+    ],
+    "drop_and_add_again_with_another_type": [
         "UPDATE t SET b = 'old' WHERE id <= 3",
         "ALTER TABLE t DROP COLUMN b",
         "UPDATE t SET a = 100 WHERE id = 4",
         "ALTER TABLE t ADD COLUMN b int; UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET b = id * 10 WHERE id IN (1, 4); INSERT INTO t VALUES (9, 9, 90)",
-    ], backlog)
-
-
-@MODES
-def test_rename_column(spark, pg18_dsn, tmp_path, backlog):
-    _workload(spark, pg18_dsn, tmp_path, [
+    ],
+    "rename_column": [
         "UPDATE t SET b = 'before' WHERE id <= 2; INSERT INTO t VALUES (7, 7, 'seven')",
         "ALTER TABLE t RENAME COLUMN b TO c; UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET c = 'after' WHERE id IN (2, 3); INSERT INTO t VALUES (8, 8, 'eight'); DELETE FROM t WHERE id = 1",
-    ], backlog)
-
-
-@MODES
-def test_add_column_with_a_constant_default(spark, pg18_dsn, tmp_path, backlog):
-    """Existing rows hold the default without being rewritten or streamed (attmissingval); a row
-    inserted before the ALTER but applied in the same run holds it too."""
-    _workload(spark, pg18_dsn, tmp_path, [
+    ],
+    # Existing rows hold the default without being rewritten or streamed (attmissingval); a row
+    # inserted before the ALTER but applied in the same run holds it too.
+    "add_column_with_a_constant_default": [
         "INSERT INTO t VALUES (7, 7, 'seven'); UPDATE t SET a = 0 WHERE id = 1",
         "ALTER TABLE t ADD COLUMN d int DEFAULT 42, ADD COLUMN e text DEFAULT 'e''s', ADD COLUMN f int;"
         "UPDATE t SET a = 0 WHERE id = 6",
         "UPDATE t SET d = 1, f = 1 WHERE id = 2; INSERT INTO t (id, a) VALUES (8, 8); INSERT INTO t VALUES (9, 9, 'n', 9)",
-    ], backlog)
-
-
-@MODES
-def test_alter_column_type_that_widens(spark, pg18_dsn, tmp_path, backlog):
-    _workload(spark, pg18_dsn, tmp_path, [
+    ],
+    "alter_column_type_that_widens": [
         "UPDATE t SET a = 2147483647 WHERE id = 1",
         "ALTER TABLE t ALTER COLUMN a TYPE bigint",
         "UPDATE t SET a = 5000000000 WHERE id = 2",
-    ], backlog)
+    ],
+    # Steps of DDL only (006_rewrite's ADD COLUMN ... DEFAULT, a rename, a drop and re-add with
+    # another type and a default): nothing is streamed for them, and still the next run's target
+    # has the catalog's columns with the values PostgreSQL's existing rows read.
+    "ddl_alone_reaches_the_target_at_the_next_run": [
+        "ALTER TABLE t ADD COLUMN d int NOT NULL DEFAULT 42, ADD COLUMN e text",
+        "ALTER TABLE t RENAME COLUMN b TO c",
+        "ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new'",
+        "UPDATE t SET c = 'after', a = 'x' WHERE id = 2; INSERT INTO t (id, c) VALUES (9, 'nine')",
+    ],
+    # A column added, written, renamed; another renamed twice — changes under every name, placed
+    # by attnum order in the backlog (shapes.identify_old_columns).
+    "added_then_renamed_and_renamed_twice": [
+        "ALTER TABLE t ADD COLUMN c text; UPDATE t SET c = 'c' || id WHERE id <= 2",
+        "ALTER TABLE t RENAME COLUMN c TO e; UPDATE t SET e = 'e' || id WHERE id = 3",
+        "ALTER TABLE t RENAME COLUMN b TO b2; UPDATE t SET b2 = 'two' WHERE id = 4",
+        "ALTER TABLE t RENAME COLUMN b2 TO b3; UPDATE t SET b3 = 'three' WHERE id = 5",
+    ],
+}
 
 
 @MODES
-def test_alter_column_type_rewrite_stops_with_one_line(spark, pg18_dsn, tmp_path, backlog):
+@pytest.mark.parametrize("name", list(APPLIED))
+def test_ddl_is_applied(spark, pg18_dsn, tmp_path, name, backlog):
+    _workload(spark, pg18_dsn, tmp_path, APPLIED[name], backlog)
+
+
+#: Changes PostgreSQL makes to existing rows without streaming them: the DDL (with a change of
+#: ``t`` and one of ``other``, which must keep going), and what the one line says.
+REWRITES = {
+    "alter_column_type": ("ALTER TABLE t ALTER COLUMN a TYPE text USING 'n' || a; UPDATE t SET a = 'x' WHERE id = 2",
+                          "public.t: column 'a' changed from int to string (ALTER COLUMN TYPE)"),
+    "volatile_default": ("ALTER TABLE t ADD COLUMN r float8 DEFAULT random(); UPDATE t SET a = 5 WHERE id = 2",
+                         "public.t: column(s) 'r' were added with a default that PostgreSQL computed"),
+}
+
+
+@MODES
+@pytest.mark.parametrize("rewrite", list(REWRITES))
+def test_rewrite_stops_with_one_line(spark, pg18_dsn, tmp_path, rewrite, backlog):
+    sql, expected = REWRITES[rewrite]
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute(SETUP)
@@ -138,25 +154,12 @@ def test_alter_column_type_rewrite_stops_with_one_line(spark, pg18_dsn, tmp_path
         conn.execute("UPDATE t SET a = 0 WHERE id = 1")
         if not backlog:
             run_once(pg18_dsn, "pub", "s", target)
-        conn.execute("ALTER TABLE t ALTER COLUMN a TYPE text USING 'n' || a; UPDATE t SET a = 'x' WHERE id = 2")
+        conn.execute(sql)
         conn.execute("UPDATE other SET v = 'still replicated'")
-        line = _stops(pg18_dsn, target, "public.t: column 'a' changed from int to string (ALTER COLUMN TYPE)")
+        line = _stops(pg18_dsn, target, expected)
         assert "walspark slot drop --slot" in line
         # the other table keeps going
         assert spark.read.format("delta").load(f"{target}/public/other").collect()[0]["v"] == "still replicated"
-
-
-@MODES
-def test_add_column_with_a_volatile_default_stops_with_one_line(spark, pg18_dsn, tmp_path, backlog):
-    target = str(tmp_path / "lake")
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute(SETUP)
-        run_once(pg18_dsn, "pub", "s", target)
-        conn.execute("UPDATE t SET a = 0 WHERE id = 1")
-        if not backlog:
-            run_once(pg18_dsn, "pub", "s", target)
-        conn.execute("ALTER TABLE t ADD COLUMN r float8 DEFAULT random(); UPDATE t SET a = 5 WHERE id = 2")
-        _stops(pg18_dsn, target, "public.t: column(s) 'r' were added with a default that PostgreSQL computed")
 
 
 def test_conflicting_shapes_in_one_transaction_stop_with_one_line(spark, pg18_dsn, tmp_path):
@@ -176,19 +179,6 @@ def test_conflicting_shapes_in_one_transaction_stop_with_one_line(spark, pg18_ds
         assert "table public.t: column 'b'" in line and "walspark slot drop --slot s" in line
 
 
-@MODES
-def test_ddl_alone_reaches_the_target_at_the_next_run(spark, pg18_dsn, tmp_path, backlog):
-    """Steps of DDL only (006_rewrite's ADD COLUMN ... DEFAULT, a rename, a drop and re-add with
-    another type and a default): nothing is streamed for them, and still the next run's target
-    has the catalog's columns with the values PostgreSQL's existing rows read."""
-    _workload(spark, pg18_dsn, tmp_path, [
-        "ALTER TABLE t ADD COLUMN d int NOT NULL DEFAULT 42, ADD COLUMN e text",
-        "ALTER TABLE t RENAME COLUMN b TO c",
-        "ALTER TABLE t DROP COLUMN a; ALTER TABLE t ADD COLUMN a text DEFAULT 'new'",
-        "UPDATE t SET c = 'after', a = 'x' WHERE id = 2; INSERT INTO t (id, c) VALUES (9, 'nine')",
-    ], backlog)
-
-
 def test_drop_column_backlog_and_constant_default_on_postgresql_15(spark, pg15_dsn, tmp_path):
     _workload(spark, pg15_dsn, tmp_path, [
         "UPDATE t SET b = 'x' WHERE id <= 2",
@@ -197,14 +187,3 @@ def test_drop_column_backlog_and_constant_default_on_postgresql_15(spark, pg15_d
         "ALTER TABLE t ADD COLUMN d int DEFAULT 42; ALTER TABLE t RENAME COLUMN a TO aa",
         "INSERT INTO t (id, aa) VALUES (20, 20); UPDATE t SET d = 1 WHERE id = 4",
     ], True)
-
-
-@MODES
-def test_added_then_renamed_and_renamed_twice(spark, pg18_dsn, tmp_path, backlog):
-    """A column added, written, renamed; another renamed twice — changes under every name."""
-    _workload(spark, pg18_dsn, tmp_path, [
-        "ALTER TABLE t ADD COLUMN c text; UPDATE t SET c = 'c' || id WHERE id <= 2",
-        "ALTER TABLE t RENAME COLUMN c TO e; UPDATE t SET e = 'e' || id WHERE id = 3",
-        "ALTER TABLE t RENAME COLUMN b TO b2; UPDATE t SET b2 = 'two' WHERE id = 4",
-        "ALTER TABLE t RENAME COLUMN b2 TO b3; UPDATE t SET b3 = 'three' WHERE id = 5",
-    ], backlog)

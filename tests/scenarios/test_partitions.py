@@ -25,21 +25,11 @@ import psycopg
 import pytest
 
 from .support import assert_matches_publication, run_once
+from .tap_workloads import PARTITION_013_TAB1, PARTITION_013_TAB2_TAB3, PARTITION_013_TAB4
 
 pytestmark = pytest.mark.spark
 
-SETUP = """
-CREATE TABLE tab1 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
-CREATE TABLE tab1_1 (b text, a int NOT NULL);
-ALTER TABLE tab1 ATTACH PARTITION tab1_1 FOR VALUES IN (1, 2, 3);
-CREATE TABLE tab1_2 PARTITION OF tab1 FOR VALUES IN (4, 5, 6);
-CREATE TABLE tab1_def PARTITION OF tab1 DEFAULT;
-CREATE TABLE tab4 (a int PRIMARY KEY) PARTITION BY LIST (a);
-CREATE TABLE tab4_1 PARTITION OF tab4 FOR VALUES IN (-1, 0, 1) PARTITION BY LIST (a);
-CREATE TABLE tab4_1_1 PARTITION OF tab4_1 FOR VALUES IN (-1, 0, 1);
-CREATE TABLE tab4_2 PARTITION OF tab4 FOR VALUES IN (2, 3);
-INSERT INTO tab4 VALUES (-1);
-"""
+SETUP = PARTITION_013_TAB1 + PARTITION_013_TAB4 + "INSERT INTO tab4 VALUES (-1);"
 
 #: The catch-up points of 013_partition.pl's first part (leaf identity), plus the sub-partitioned tab4.
 STEPS: list[tuple[str, str]] = [
@@ -124,13 +114,7 @@ def test_013_root_and_partition_in_one_publication_publish_once(spark, pg18_dsn,
     added with a default on the root after a drop (the test's last ALTER) is followed."""
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("""
-            CREATE TABLE tab2 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
-            CREATE TABLE tab2_1 (b text, a int NOT NULL);
-            ALTER TABLE tab2 ATTACH PARTITION tab2_1 FOR VALUES IN (0, 1, 2, 3);
-            CREATE TABLE tab2_2 PARTITION OF tab2 FOR VALUES IN (5, 6);
-            CREATE TABLE tab3 (a int PRIMARY KEY, b text) PARTITION BY LIST (a);
-            CREATE TABLE tab3_1 PARTITION OF tab3 FOR VALUES IN (0, 1, 2, 3, 5, 6);
+        conn.execute(PARTITION_013_TAB2_TAB3 + """
             CREATE PUBLICATION pub FOR TABLE tab2, tab2_1, tab3_1 WITH (publish_via_partition_root = true);
             INSERT INTO tab2 VALUES (1);
         """)

@@ -18,6 +18,14 @@ import psycopg
 import pytest
 
 from .support import assert_matches_publication, run_once
+from .tap_workloads import (
+    ROWFILTER_028_DML,
+    ROWFILTER_028_IN_SCHEMA,
+    ROWFILTER_028_IN_SCHEMA_DML,
+    ROWFILTER_028_INITIAL,
+    ROWFILTER_028_TABLES,
+    ROWFILTER_028_TOAST_UPDATE,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -72,24 +80,14 @@ def test_028_for_all_tables_publication_voids_the_filter(spark, server, request,
 def test_028_tables_in_schema_voids_the_filter_of_its_tables_only(spark, server, request, tmp_path):
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
-        conn.execute("""
-            CREATE SCHEMA schema_rf_x;
-            CREATE TABLE schema_rf_x.tab_rf_x (x int primary key);
-            CREATE TABLE schema_rf_x.tab_rf_partitioned (x int primary key) PARTITION BY RANGE(x);
-            CREATE TABLE public.tab_rf_partition (LIKE schema_rf_x.tab_rf_partitioned);
-            ALTER TABLE schema_rf_x.tab_rf_partitioned ATTACH PARTITION public.tab_rf_partition DEFAULT;
-            INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (0), (5), (10), (15), (20);
-            INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (1), (20);
-            CREATE PUBLICATION tap_pub_x FOR TABLE schema_rf_x.tab_rf_x WHERE (x > 10);
-            CREATE PUBLICATION tap_pub_allinschema FOR TABLES IN SCHEMA schema_rf_x, TABLE schema_rf_x.tab_rf_x WHERE (x > 10);
-            ALTER PUBLICATION tap_pub_allinschema ADD TABLE public.tab_rf_partition WHERE (x > 10);
-        """)
+        conn.execute(ROWFILTER_028_IN_SCHEMA)
+        conn.execute("CREATE PUBLICATION tap_pub_x FOR TABLE schema_rf_x.tab_rf_x WHERE (x > 10)")
         p = Pipeline(spark, dsn, "tap_pub_x,tap_pub_allinschema", str(tmp_path / "lake"))
         p.check(conn, "initial copy")
         assert len(p.rows("tab_rf_x", "x", schema="schema_rf_x")) == 5
         assert p.rows("tab_rf_partition", "x") == [(20,)]
-        conn.execute("INSERT INTO schema_rf_x.tab_rf_x (x) VALUES (-99), (99)")
-        conn.execute("INSERT INTO schema_rf_x.tab_rf_partitioned (x) VALUES (5), (25)")
+        for statement in ROWFILTER_028_IN_SCHEMA_DML:
+            conn.execute(statement)
         p.check(conn, "after inserts")
         assert len(p.rows("tab_rf_x", "x", schema="schema_rf_x")) == 7
         assert p.rows("tab_rf_partition", "x") == [(20,), (25,)]
@@ -97,28 +95,6 @@ def test_028_tables_in_schema_voids_the_filter_of_its_tables_only(spark, server,
 
 # --------------------------------------------------------------------------------------------
 # 028_row_filter.pl: FOR TABLE with row filters (leaf-published partitions, inheritance, TOAST)
-
-_028_TABLES = """
-CREATE TABLE tab_rowfilter_1 (a int primary key, b text);
-ALTER TABLE tab_rowfilter_1 REPLICA IDENTITY FULL;
-CREATE TABLE tab_rowfilter_2 (c int primary key);
-CREATE TABLE tab_rowfilter_3 (a int primary key, b boolean);
-CREATE TABLE tab_rowfilter_4 (c int primary key);
-CREATE TABLE tab_rowfilter_partitioned (a int primary key, b integer) PARTITION BY RANGE(a);
-CREATE TABLE tab_rowfilter_less_10k (LIKE tab_rowfilter_partitioned);
-ALTER TABLE tab_rowfilter_partitioned ATTACH PARTITION tab_rowfilter_less_10k FOR VALUES FROM (MINVALUE) TO (10000);
-CREATE TABLE tab_rowfilter_greater_10k (LIKE tab_rowfilter_partitioned);
-ALTER TABLE tab_rowfilter_partitioned ATTACH PARTITION tab_rowfilter_greater_10k FOR VALUES FROM (10000) TO (MAXVALUE);
-CREATE TABLE tab_rowfilter_partitioned_2 (a int primary key, b integer) PARTITION BY RANGE(a);
-CREATE TABLE tab_rowfilter_partition (LIKE tab_rowfilter_partitioned_2);
-ALTER TABLE tab_rowfilter_partitioned_2 ATTACH PARTITION tab_rowfilter_partition DEFAULT;
-CREATE TABLE tab_rowfilter_toast (a text NOT NULL, b text NOT NULL);
-ALTER TABLE tab_rowfilter_toast ALTER COLUMN a SET STORAGE EXTERNAL;
-CREATE UNIQUE INDEX tab_rowfilter_toast_ri_index on tab_rowfilter_toast (a, b);
-ALTER TABLE tab_rowfilter_toast REPLICA IDENTITY USING INDEX tab_rowfilter_toast_ri_index;
-CREATE TABLE tab_rowfilter_inherited (a int);
-CREATE TABLE tab_rowfilter_child (b text) INHERITS (tab_rowfilter_inherited);
-"""
 
 _028_PUBLICATIONS = """
 CREATE PUBLICATION tap_pub_1 FOR TABLE tab_rowfilter_1 WHERE (a > 1000 AND b <> 'filtered');
@@ -135,39 +111,6 @@ CREATE PUBLICATION tap_pub_5a FOR TABLE tab_rowfilter_partitioned_2;
 CREATE PUBLICATION tap_pub_5b FOR TABLE tab_rowfilter_partition WHERE (a > 10);
 CREATE PUBLICATION tap_pub_toast FOR TABLE tab_rowfilter_toast WHERE (a = repeat('1234567890', 200) AND b < '10');
 CREATE PUBLICATION tap_pub_inherits FOR TABLE tab_rowfilter_inherited WHERE (a > 15);
-"""
-
-_028_INITIAL = """
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1, 'not replicated');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1500, 'filtered');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1980, 'not filtered');
-INSERT INTO tab_rowfilter_1 (a, b) SELECT x, 'test ' || x FROM generate_series(990,1002) x;
-INSERT INTO tab_rowfilter_2 (c) SELECT generate_series(1, 20);
-INSERT INTO tab_rowfilter_3 (a, b) SELECT x, (x % 3 = 0) FROM generate_series(1, 10) x;
-INSERT INTO tab_rowfilter_4 (c) SELECT generate_series(1, 10);
-INSERT INTO tab_rowfilter_partitioned (a, b) VALUES(1, 100),(7000, 101),(15000, 102),(5500, 300);
-INSERT INTO tab_rowfilter_less_10k (a, b) VALUES(2, 200),(6005, 201);
-INSERT INTO tab_rowfilter_greater_10k (a, b) VALUES(16000, 103);
-INSERT INTO tab_rowfilter_partitioned_2 (a, b) VALUES(1, 1),(20, 20);
-INSERT INTO tab_rowfilter_toast(a, b) VALUES(repeat('1234567890', 200), '1234567890');
-INSERT INTO tab_rowfilter_inherited(a) VALUES(10),(20);
-INSERT INTO tab_rowfilter_child(a, b) VALUES(0,'0'),(30,'30'),(40,'40');
-"""
-
-_028_STREAMED = """
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (800, 'test 800');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1600, 'test 1600');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1601, 'test 1601');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1602, 'filtered');
-INSERT INTO tab_rowfilter_1 (a, b) VALUES (1700, 'test 1700');
-UPDATE tab_rowfilter_1 SET b = NULL WHERE a = 1600;
-UPDATE tab_rowfilter_1 SET b = 'test 1601 updated' WHERE a = 1601;
-UPDATE tab_rowfilter_1 SET b = 'test 1602 updated' WHERE a = 1602;
-DELETE FROM tab_rowfilter_1 WHERE a = 1700;
-INSERT INTO tab_rowfilter_2 (c) VALUES (21), (22), (23), (24), (25);
-INSERT INTO tab_rowfilter_4 (c) VALUES (0), (11), (12);
-INSERT INTO tab_rowfilter_inherited (a) VALUES (14), (16);
-INSERT INTO tab_rowfilter_child (a, b) VALUES (13, '13'), (17, '17');
 """
 
 _028_PUBS = "tap_pub_1,tap_pub_2,tap_pub_3,tap_pub_4a,tap_pub_4b,tap_pub_5a,tap_pub_5b,tap_pub_toast,tap_pub_inherits"
@@ -187,46 +130,35 @@ def _028_expect_initial(p: Pipeline) -> None:
     assert p.rows("tab_rowfilter_child", "a", "b") == [(30, "30"), (40, "40")]
 
 
+@pytest.mark.parametrize("backlog", [False, True], ids=["steps", "backlog"])
 @pytest.mark.parametrize("server", ["pg18", "pg15"])
-def test_028_row_filters_for_table_publications(spark, server, request, tmp_path):
+def test_028_row_filters_for_table_publications(spark, server, backlog, request, tmp_path):
+    """The TAP's catch-up points, or (backlog) the pipeline down until the end: snapshot, then
+    everything in one run."""
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
-        conn.execute(_028_TABLES)
+        conn.execute(ROWFILTER_028_TABLES)
         conn.execute(_028_PUBLICATIONS)
-        conn.execute(_028_INITIAL)
+        conn.execute(ROWFILTER_028_INITIAL)
         p = Pipeline(spark, dsn, _028_PUBS, str(tmp_path / "lake"))
         p.check(conn, "initial copy")
         _028_expect_initial(p)
-        conn.execute(_028_STREAMED)
-        p.check(conn, "after the row filter DML")
-        assert [c for (c,) in p.rows("tab_rowfilter_2", "c")][-3:] == [21, 22, 24]
-        assert len(p.rows("tab_rowfilter_2", "c")) == 16
-        assert [c for (c,) in p.rows("tab_rowfilter_4", "c")] == list(range(0, 13))
-        assert p.rows("tab_rowfilter_1", "a", "b") == [
-            (1001, "test 1001"), (1002, "test 1002"), (1601, "test 1601 updated"), (1602, "test 1602 updated"),
-            (1980, "not filtered")]
-        assert p.rows("tab_rowfilter_inherited", "a") == [(16,), (20,)]
-        assert p.rows("tab_rowfilter_child", "a") == [(17,), (30,), (40,)]
+        for statement in ROWFILTER_028_DML:
+            conn.execute(statement)
+        if not backlog:
+            p.check(conn, "after the row filter DML")
+            assert [c for (c,) in p.rows("tab_rowfilter_2", "c")][-3:] == [21, 22, 24]
+            assert len(p.rows("tab_rowfilter_2", "c")) == 16
+            assert [c for (c,) in p.rows("tab_rowfilter_4", "c")] == list(range(0, 13))
+            assert p.rows("tab_rowfilter_1", "a", "b") == [
+                (1001, "test 1001"), (1002, "test 1002"), (1601, "test 1601 updated"), (1602, "test 1602 updated"),
+                (1980, "not filtered")]
+            assert p.rows("tab_rowfilter_inherited", "a") == [(16,), (20,)]
+            assert p.rows("tab_rowfilter_child", "a") == [(17,), (30,), (40,)]
         # old (a, '1234567890') fails the filter, new (a, '1') passes: an INSERT whose a is the
         # unchanged TOAST value pgoutput takes from the old key
-        conn.execute("UPDATE tab_rowfilter_toast SET b = '1'")
-        p.check(conn, "after the TOAST update")
-        assert p.rows("tab_rowfilter_toast", "a", "b") == [("1234567890" * 200, "1")]
-
-
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
-def test_028_row_filters_as_one_backlog(spark, server, request, tmp_path):
-    """The same workload with the pipeline down until the end: snapshot, then everything in one run."""
-    dsn = request.getfixturevalue(f"{server}_dsn")
-    with _conn(dsn) as conn:
-        conn.execute(_028_TABLES)
-        conn.execute(_028_PUBLICATIONS)
-        conn.execute(_028_INITIAL)
-        p = Pipeline(spark, dsn, _028_PUBS, str(tmp_path / "lake"))
-        p.check(conn, "initial copy")
-        conn.execute(_028_STREAMED)
-        conn.execute("UPDATE tab_rowfilter_toast SET b = '1'")
-        p.check(conn, "after the whole backlog")
+        conn.execute(ROWFILTER_028_TOAST_UPDATE)
+        p.check(conn, "after the whole backlog" if backlog else "after the TOAST update")
         assert p.rows("tab_rowfilter_toast", "a", "b") == [("1234567890" * 200, "1")]
 
 
@@ -658,18 +590,8 @@ def _031_via_root_initial(conn: psycopg.Connection[Any], spark, vr: Pipeline, ro
 
 
 @pytest.mark.parametrize("server", ["pg18", "pg15"])
-def test_031_column_lists_via_root_snapshot(spark, server, request, tmp_path):
-    dsn = request.getfixturevalue(f"{server}_dsn")
-    with _conn(dsn) as conn:
-        conn.execute(_031_VIA_ROOT)
-        vr = Pipeline(spark, dsn, "pub_vr", str(tmp_path / "vr"), slot="vr")
-        root = Pipeline(spark, dsn, "pub_test_root,pub_test_root_1", str(tmp_path / "root"), slot="root")
-        _031_via_root_initial(conn, spark, vr, root)
-
-
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
 def test_031_column_lists_via_root_stream(spark, server, request, tmp_path):
-    """The same, then streaming (needs issue 13 item 1)."""
+    """The snapshot's checks (:func:`_031_via_root_initial`), then streaming (issue 13 item 1)."""
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
         conn.execute(_031_VIA_ROOT)

@@ -19,14 +19,11 @@ test_two_phase.py, tables joining the publication in issue 14).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
 
 import psycopg
 import pytest
-from psycopg.adapt import Loader
 
 from .support import canonical, publication_mismatches, run_once
 from .tap_workloads import NOT_APPLICABLE, WORKLOADS, Expect, Step, Workload
@@ -59,121 +56,6 @@ def _walsender_dsn(dsn: str, workload: Workload) -> str:
     return f"{dsn} options='{workload.walsender}'" if workload.walsender else dsn
 
 
-# ----------------------------------------------------------------------------- the oracle's connection
-#
-# Workarounds for tests/scenarios/support.py (the lead's; reported): psycopg's default Python forms of
-# some types cannot equal any Delta value (an interval's months become 30-day timedeltas, an
-# unregistered composite or enum array is one string, a range a psycopg Range, an infinite
-# timestamp an error), and a table with no columns makes pg_publication_tables.attnames NULL.
-# The oracle's connection therefore loads each such value as its parts — an interval as
-# (months, days, microseconds), a range as (lower, upper, lower_inc, upper_inc, empty), a
-# composite as its fields, an enum as its label, ±infinity as that word — which are PostgreSQL's
-# own decompositions of the value; NULL attnames as no columns, whose rows are () (support.py
-# selects ``1`` for them but compares with the Delta side's empty rows).
-
-_INTERVAL_PART = re.compile(r"([+-]?\d+) (year|mon|day)s?")
-_INTERVAL_TIME = re.compile(r"([+-]?)(\d+):(\d+):(\d+(?:\.\d+)?)")
-
-
-class _IntervalPartsLoader(Loader):
-    """``interval`` (IntervalStyle postgres) as (months, days, microseconds), exactly."""
-
-    def load(self, data: Any) -> tuple[int, int, int]:
-        text = bytes(data).decode()
-        months = days = 0
-        for number, unit in _INTERVAL_PART.findall(text):
-            if unit == "year":
-                months += 12 * int(number)
-            elif unit == "mon":
-                months += int(number)
-            else:
-                days += int(number)
-        micros = 0
-        match = _INTERVAL_TIME.search(text)
-        if match:
-            sign, hours, minutes, seconds = match.groups()
-            whole, _, frac = seconds.partition(".")
-            micros = ((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + int((frac + "000000")[:6])
-            micros = -micros if sign == "-" else micros
-        return months, days, micros
-
-
-def _infinity_aware(base: type[Loader]) -> type[Loader]:
-    """A date/timestamp loader that gives ``infinity``/``-infinity`` as the word instead of failing."""
-
-    class InfinityAware(Loader):
-        def __init__(self, oid: int, context: Any = None) -> None:
-            super().__init__(oid, context)
-            self._base = base(oid, context)
-
-        def load(self, data: Any) -> Any:
-            raw = bytes(data)
-            return raw.decode() if raw in (b"infinity", b"-infinity") else self._base.load(data)
-
-    return InfinityAware
-
-
-def _range_parts(base: type[Loader]) -> type[Loader]:
-    """A range loader giving (lower, upper, lower_inc, upper_inc, empty)."""
-
-    class RangeParts(Loader):
-        def __init__(self, oid: int, context: Any = None) -> None:
-            super().__init__(oid, context)
-            self._base = base(oid, context)
-
-        def load(self, data: Any) -> tuple[Any, ...]:
-            rng = self._base.load(data)
-            return rng.lower, rng.upper, rng.lower_inc, rng.upper_inc, rng.isempty
-
-    return RangeParts
-
-
-class _OracleConnection:
-    """The publisher connection the oracle reads through (see the workarounds above)."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        from psycopg.types.array import register_array
-        from psycopg.types.composite import CompositeInfo, register_composite
-        from psycopg.types.string import TextLoader
-        from psycopg.types import TypeInfo
-        from psycopg.pq import Format
-
-        self._conn = conn
-        adapters = conn.adapters
-        adapters.register_loader("interval", _IntervalPartsLoader)
-        for name in ("date", "timestamp", "timestamptz"):
-            adapters.register_loader(name, _infinity_aware(adapters.get_loader(TypeInfo.fetch(conn, name).oid,
-                                                                               Format.TEXT)))
-        user_types = conn.execute(
-            "SELECT t.oid::regtype::text, t.typtype::text FROM pg_type t"
-            " LEFT JOIN pg_class c ON c.oid = t.typrelid"
-            " WHERE t.typtype = 'e' OR t.typtype = 'r' OR (t.typtype = 'c' AND c.relkind = 'c')"
-            " ORDER BY t.typtype DESC").fetchall()
-        for name, kind in user_types:  # enums and ranges first: composites hold them
-            info = TypeInfo.fetch(conn, name)
-            if kind == "e":
-                adapters.register_loader(info.oid, TextLoader)
-            elif kind == "r":
-                base = adapters.get_loader(info.oid, Format.TEXT)
-                if base is not None:
-                    adapters.register_loader(info.oid, _range_parts(base))
-            if kind in "er":
-                register_array(info, conn)
-        for name, kind in user_types:
-            if kind == "c":
-                register_composite(CompositeInfo.fetch(conn, name), conn)
-
-    def execute(self, query: str, params: Any = None) -> psycopg.Cursor:
-        if "t.attnames::text[]" in query:  # a table with no columns has NULL attnames
-            query = query.replace("t.attnames::text[]", "coalesce(t.attnames::text[], '{}')")
-        if query.startswith("SELECT 1 FROM "):  # ... and its rows are (), as on the Delta side
-            query = "SELECT FROM " + query[len("SELECT 1 FROM "):]
-        return self._conn.execute(query, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
 def _check_expectations(spark, target: str, expectations: Iterator[Expect], context: str) -> None:
     from walspark.spark.tables import table_path
 
@@ -185,7 +67,7 @@ def _check_expectations(spark, target: str, expectations: Iterator[Expect], cont
         assert got == want, f"{context}: {expect.table} {', '.join(expect.select)} = {got}, TAP expects {want}"
 
 
-def _check(conn: _OracleConnection, spark, target: str, workload: Workload, context: str,
+def _check(conn: psycopg.Connection, spark, target: str, workload: Workload, context: str,
            expectations: tuple[Expect, ...] = (), diverging: tuple[str, ...] = ()) -> None:
     """The oracle on every published table but those the TAP's expectations judge here."""
     skip = set(workload.unmirrored) | set(diverging)
@@ -203,9 +85,6 @@ def _final_expectations(workload: Workload) -> tuple[Expect, ...]:
 
 #: Known divergences of issue 13 still open: each must fail (strict), so fixing it shows.
 KNOWN_GAPS = {
-    ("002_types", "stepwise"): "the oracle (not walspark) cannot read an infinite timestamp nested in an array or "
-                               "range from Delta: Python's datetime ends at year 9999 (top-level ones are read as "
-                               "numbers)",
 }
 
 
@@ -226,7 +105,7 @@ def test_tap_workload(workload: Workload, mode: str, spark, pg18_dsn: str, tmp_p
     with ExitStack() as stack:
         publisher = Publisher(pg18_dsn, stack)
         publisher["main"].execute(workload.setup)
-        conn = _OracleConnection(stack.enter_context(psycopg.connect(pg18_dsn, autocommit=True)))
+        conn = stack.enter_context(psycopg.connect(pg18_dsn, autocommit=True))
         run_once(dsn, workload.publication, workload.slot, target)  # the snapshot
         _check(conn, spark, target, workload, f"{workload.source} after the snapshot")
         if mode == "stepwise":

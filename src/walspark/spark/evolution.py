@@ -174,10 +174,13 @@ class TargetTable:
         builder.execute()
 
     def column_ids(self) -> ColumnIds:
-        """The PostgreSQL ``attnum`` of each column, as recorded in the table's properties."""
-        from delta.tables import DeltaTable
+        """The PostgreSQL ``attnum`` of each column, as recorded in the table's properties.
 
-        properties = DeltaTable.forPath(self.spark, self.path).detail().select("properties").first()[0] or {}
+        Read with SHOW TBLPROPERTIES (the log's metadata only), not ``DeltaTable.detail()``,
+        which also sums the table's files — a Spark job over the whole log, seconds per table
+        at the first batch of every run."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.sql_name}").collect()
+        properties = {row[0]: row[1] for row in rows}
         return parse_attnums(properties.get(ATTNUMS_PROPERTY))
 
     def set_column_ids(self, ids: ColumnIds) -> None:
