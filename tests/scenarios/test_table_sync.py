@@ -24,6 +24,15 @@ def _states(target: str) -> dict[str, dict]:
     return {f"{t['schema']}.{t['table']}": t for t in json.loads(path.read_text())["tables"]}
 
 
+def _replicate_a_and_b(conn: psycopg.Connection, dsn: str, target: str, b_rows: int) -> None:
+    """Tables a (20 rows) and b in publication pub, copied by a first run."""
+    conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text)")
+    conn.execute("CREATE PUBLICATION pub FOR TABLE a, b")
+    conn.execute("INSERT INTO a SELECT g, 'a' FROM generate_series(1, 20) g; "
+                 f"INSERT INTO b SELECT g, 'b' FROM generate_series(1, {int(b_rows)}) g")
+    run_once(dsn, "pub", "s", target)
+
+
 def test_added_table_is_copied_then_streamed(spark, pg18_dsn, tmp_path):
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
@@ -49,11 +58,7 @@ def test_removed_then_readded_table_is_copied_again(spark, server, request, tmp_
     pg18_dsn = request.getfixturevalue(server)  # the membership signature's catalogs differ by version
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text)")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE a, b")
-        conn.execute("INSERT INTO a SELECT g, 'a' FROM generate_series(1, 20) g; "
-                     "INSERT INTO b SELECT g, 'b' FROM generate_series(1, 20) g")
-        run_once(pg18_dsn, "pub", "s", target)
+        _replicate_a_and_b(conn, pg18_dsn, target, b_rows=20)
         conn.execute("ALTER PUBLICATION pub DROP TABLE b")
         conn.execute("UPDATE b SET v = 'while out' WHERE id < 10; INSERT INTO b VALUES (100, 'out')")
         run_once(pg18_dsn, "pub", "s", target)
@@ -80,11 +85,7 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
 
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE b (id int PRIMARY KEY, v text)")
-        conn.execute("CREATE PUBLICATION pub FOR TABLE a, b")
-        conn.execute("INSERT INTO a SELECT g, 'a' FROM generate_series(1, 20) g; "
-                     "INSERT INTO b SELECT g, 'b' FROM generate_series(1, 200) g")
-        run_once(pg18_dsn, "pub", "s", target)
+        _replicate_a_and_b(conn, pg18_dsn, target, b_rows=200)
         # the Delta table is damaged behind the pipeline's back: streaming alone never repairs it
         spark.sql(f"DELETE FROM delta.`{table_path(target, 'public', 'b')}` WHERE id < 50")
         conn.execute("UPDATE b SET v = 'later' WHERE id > 150; INSERT INTO a VALUES (21, 'x')")

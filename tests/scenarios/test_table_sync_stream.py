@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -46,6 +48,12 @@ class Run:
         self.dsn, self.target, self.logs, self.slot = dsn, target, logs, slot
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def start(self, **env: str) -> None:
         self.runs += 1
@@ -127,6 +135,20 @@ class Writer(threading.Thread):
         assert self.error is None, self.error
 
 
+@contextmanager
+def writing(dsn: str, sizes: dict[str, int], *, per_table: bool = True) -> Iterator[list[Writer]]:
+    """Writers changing the tables (one per table, or one for all) until the block ends."""
+    writers = [Writer(dsn, [t], {t: n}) for t, n in sizes.items()] if per_table else [Writer(dsn, list(sizes),
+                                                                                            dict(sizes))]
+    for w in writers:
+        w.start()
+    try:
+        yield writers
+    finally:
+        for w in writers:
+            w.stop()
+
+
 def make_tables(conn: psycopg.Connection, sizes: dict[str, int], wide: str = "") -> None:
     """The tables; ``wide``'s rows carry a 256-character note, so its copy takes a while."""
     for table, n in sizes.items():
@@ -163,11 +185,8 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         make_tables(conn, sizes, wide="big")
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2")
-        writers = [Writer(pg18_dsn, [t], {t: n}) for t, n in sizes.items()]
-        for w in writers:
-            w.start()
-        run.start(**{COPY_PAUSE_VARIABLE: str(COPY_PAUSE)})
-        try:
+        with writing(pg18_dsn, sizes) as writers, run:
+            run.start(**{COPY_PAUSE_VARIABLE: str(COPY_PAUSE)})
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big, small")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the big copy to start")
@@ -190,10 +209,6 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
             assert len(during) >= 2, (big, sorted(run.commits()))
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 1, "a batch after the hand-off")
-        finally:
-            for w in writers:
-                w.stop()
-            run.stop()
         log = run.log()
         assert "copy of public.big" in log and "public.big is in sync" in log, log[-6000:]
         assert all(w.transactions > 5 for w in writers), [w.transactions for w in writers]
@@ -212,10 +227,8 @@ def test_table_left_readded_and_resnapshot_while_streaming(spark, pg18_dsn, tmp_
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         make_tables(conn, sizes)
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2, x")
-        writer = Writer(pg18_dsn, list(sizes), dict(sizes))
-        writer.start()
-        run.start()
-        try:
+        with writing(pg18_dsn, sizes, per_table=False), run:
+            run.start()
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub DROP TABLE x")
             run.wait(lambda: states(target).get("public.x", {}).get("state") == "left", "x to be recorded as left")
@@ -228,9 +241,6 @@ def test_table_left_readded_and_resnapshot_while_streaming(spark, pg18_dsn, tmp_
                      and states(target)["public.w2"]["state"] == "ready", "the re-copy of w2")
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 2, "batches after the re-copy")
-        finally:
-            writer.stop()
-            run.stop()
         log = run.log()
         assert "x left the publication" in log and "x re-joined the publication" in log, log[-6000:]
         run_once(pg18_dsn, "pub", run.slot, str(target))
@@ -254,10 +264,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         make_tables(conn, sizes, wide="big")
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1")
-        writers = [Writer(pg18_dsn, [t], {t: n}) for t, n in sizes.items()]
-        for w in writers:
-            w.start()
-        try:
+        with writing(pg18_dsn, sizes), run:
             run.start(**{COPY_PAUSE_VARIABLE: "60"})
             run.wait(lambda: len(run.commits()) >= 1, "the first batch")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big")
@@ -291,10 +298,6 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             assert ", 0 changes made during the copy" not in run.log(), run.log()[-3000:]
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 1, "a batch after the hand-off")
-        finally:
-            for w in writers:
-                w.stop()
-            run.stop()
         assert states(target)["public.big"]["gen"] == 1
         run_once(pg18_dsn, "pub", run.slot, str(target))
         assert_matches_publication(conn, spark, str(target), "pub", context="after the kills")

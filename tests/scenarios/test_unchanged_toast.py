@@ -22,7 +22,8 @@ pytestmark = pytest.mark.spark
 BIG = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 200))"
 
 
-def _setup(conn: psycopg.Connection) -> None:
+def _setup(conn: psycopg.Connection, dsn: str, target: str, history: tuple[str, ...]) -> None:
+    """Tables big (3 rows, each payload TOASTed out of line) and other, copied by a first run."""
     conn.execute("CREATE TABLE big (id int PRIMARY KEY, note text, payload text)")
     conn.execute("ALTER TABLE big ALTER COLUMN payload SET STORAGE EXTERNAL")  # TOAST, no compression
     conn.execute("CREATE TABLE other (id int PRIMARY KEY, v text)")
@@ -30,6 +31,7 @@ def _setup(conn: psycopg.Connection) -> None:
     conn.execute(f"INSERT INTO big SELECT g, 'n' || g, {BIG} FROM generate_series(1, 3) g")
     (toasted,) = conn.execute("SELECT count(*) FROM big WHERE pg_column_size(payload) > 2048").fetchone()
     assert toasted == 3
+    run_once(dsn, "pub", "s", target, *history)
 
 
 def _confirmed(conn: psycopg.Connection) -> int:
@@ -44,8 +46,7 @@ MODES = pytest.mark.parametrize("history", [(), ("--scd2", "public.big")], ids=[
 def test_unchanged_toast_is_kept_from_the_target(spark, pg18_dsn, tmp_path, history):
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        _setup(conn)
-        run_once(pg18_dsn, "pub", "s", target, *history)
+        _setup(conn, pg18_dsn, target, history)
         conn.execute("UPDATE big SET note = 'changed' WHERE id = 1")  # payload unchanged: sent as 'u'
         conn.execute("UPDATE big SET note = 'twice' WHERE id = 2; UPDATE big SET note = 'again' WHERE id = 2")
         run_once(pg18_dsn, "pub", "s", target, *history)
@@ -59,8 +60,7 @@ def test_unchanged_toast_without_a_target_row_stops_that_table_only(spark, pg18_
 
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        _setup(conn)
-        run_once(pg18_dsn, "pub", "s", target, *history)
+        _setup(conn, pg18_dsn, target, history)
         DeltaTable.forPath(spark, f"{target}/public/big").delete("id = 2")  # a damaged target
         (before,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
         conn.execute("BEGIN; UPDATE big SET note = 'changed' WHERE id = 2; INSERT INTO other VALUES (1, 'same batch');"
