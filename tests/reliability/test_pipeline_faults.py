@@ -12,6 +12,7 @@ and no (table, batch id) was applied twice.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 
@@ -97,6 +98,23 @@ def test_walsender_terminations_and_server_restarts_under_a_live_pipeline(spark,
         assert batches, "no Delta commit carries a batch note: the no-double-apply check would be vacuous"
         assert not support.repeated_batches(batches), f"batches applied twice: {support.repeated_batches(batches)}"
         print(f"caught up: equality held; {len(batches)} noted commits, none twice; {pipeline.runs} run")
+        # SIGTERM (what a service manager sends) under a live workload: a clean stop, exit 0 —
+        # not an interrupted py4j call — and a --once run afterwards catches up.
+        work = CrashWorkload(dsn, rate=10.0, seed=8).start()
+        done = committed_batches(target)
+        wait_for(lambda: committed_batches(target) > done + 1, timeout=START_TIMEOUT, what="batches under load",
+                 pipeline=pipeline)  # fmt: skip
+        assert pipeline.proc is not None
+        pipeline.proc.send_signal(signal.SIGTERM)
+        code = pipeline.wait(120)
+        log = pipeline.log_tail(100_000)
+        assert code == 0 and "stopping" in log, f"exit {code}:\n{log[-8000:]}"
+        work.stop()
+        work = None
+        pipeline.start(once=True)
+        assert pipeline.wait(CATCH_UP_TIMEOUT) == 0, pipeline.log_tail()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert not support.mismatches(conn, spark, str(target)), "after the SIGTERM stop and a --once run"
     finally:
         pipeline.kill()
         if work is not None:

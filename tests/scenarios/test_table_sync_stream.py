@@ -1,5 +1,5 @@
 """Issue 14's acceptance under a live workload: tables join, leave and are re-copied while
-``walspark run`` streams (a child process, stopped with SIGTERM like a user's Ctrl-C).
+``walspark run`` streams (a child process, ended with SIGKILL like a crash, then drained with --once).
 
 The big table's size is ``WALSPARK_SYNC_BIG_ROWS`` (500,000 by default, the issue's figure): large
 enough that its copy spans many micro-batches of the other tables.
@@ -77,10 +77,7 @@ class Run:
 
     def stop(self) -> None:
         """End the run like a crash (SIGKILL of its process group); a drain with ``--once`` follows.
-
-        Not SIGTERM: stopping a streaming ``walspark run`` with SIGTERM in the middle of a batch
-        was seen to exit 1 (Py4JNetworkError from the interrupted query), independent of table sync.
-        """
+        (A clean SIGTERM stop is tested in tests/reliability/test_pipeline_faults.py.)"""
         self.kill()
 
     def kill(self) -> None:

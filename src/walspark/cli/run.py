@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,29 @@ log = logging.getLogger(__name__)
 #: transaction (else ``run`` stops at once, see :class:`SchemaStuckError`), so this only bounds a
 #: backlog with very many DDL statements in one ``run`` invocation; the next run goes on.
 MAX_SCHEMA_RESTARTS = 1000
+
+
+class StopSwitch:
+    """How ``walspark run`` is asked to stop: SIGTERM, Ctrl-C, or :meth:`request` from any thread.
+
+    While the pipeline waits on its streaming query, a request only sets a flag; the wait, in
+    short steps, sees it and stops the query. Raising ``KeyboardInterrupt`` there instead would
+    interrupt a py4j call half-way and break the JVM gateway ("Answer from Java side is empty"),
+    so a stop meant for a clean exit ended with an error. Elsewhere (the initial snapshot, the
+    set-up) a signal still raises ``KeyboardInterrupt`` at once, as before.
+    """
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.deferred = False  # True while waiting on the query: stop between its batches
+
+    def request(self) -> None:
+        self.requested.set()
+
+    def signal(self, signum: int, frame: object) -> None:
+        self.requested.set()
+        if not self.deferred:
+            raise KeyboardInterrupt
 
 
 class SchemaStuckError(RuntimeError):
@@ -58,6 +82,7 @@ class RunSettings:
     trigger_seconds: float = 1.0
     max_rows_per_batch: int | None = None
     options: dict[str, str] = field(default_factory=dict)
+    stop: StopSwitch = field(default_factory=StopSwitch, repr=False)
     #: Seconds between checks of the publication's tables and of ``walspark resnapshot`` requests.
     sync_check_seconds: float = 5.0
 
@@ -154,7 +179,8 @@ def _format_bytes(n: int) -> str:
 
 
 def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> int:  # type: ignore[no-untyped-def]
-    """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt``."""
+    """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt`` or
+    ``settings.stop.request()`` (from any thread: the query stops between batches)."""
     from walspark.spark import register
     from walspark.spark.apply import ApplyChanges
 
@@ -217,8 +243,11 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             processingTime=f"{settings.trigger_seconds} seconds"
         )
         query = writer.start()
+        settings.stop.deferred = True
         try:
-            query.awaitTermination()
+            while not query.awaitTermination(0.5):  # short steps: a stop request is seen between them
+                if settings.stop.requested.is_set():
+                    raise KeyboardInterrupt
         except StreamingQueryException as exc:
             if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
                 barrier = _check_progress(settings, barrier)
@@ -228,11 +257,31 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
             raise
         except KeyboardInterrupt:
             say("stopping (the last batch completes or is replayed on the next run)")
-            query.stop()
+            _stop_between_batches(query)
             return starts
+        finally:
+            settings.stop.deferred = False
         if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
             _follow_catalog(spark, settings, sink, changes.schema, drained=True)
         return starts
+
+
+#: How long a stop waits for the running batch to end before interrupting it.
+STOP_GRACE_SECONDS = 20.0
+
+
+def _stop_between_batches(query) -> None:  # type: ignore[no-untyped-def]
+    """Stop the query when no batch runs (bounded by :data:`STOP_GRACE_SECONDS`).
+
+    Interrupting a batch is safe (it is replayed), but Spark's stream thread then unwinds through
+    the interrupted Delta and Python-worker calls, noisily; between batches it just ends.
+    """
+    import time
+
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
+        time.sleep(0.1)
+    query.stop()
 
 
 def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema,  # type: ignore[no-untyped-def]
@@ -303,10 +352,8 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
 
         from walspark.spark.session import spark_session
 
-        def interrupt(signum, frame):  # type: ignore[no-untyped-def]  # SIGTERM stops like Ctrl-C
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        # SIGTERM stops like Ctrl-C, between batches when the query runs (see StopSwitch)
+        previous = {sig: signal.signal(sig, settings.stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         try:
             spark = spark_session("walspark-run", master=master)
@@ -318,7 +365,8 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
                 if owned:
                     spark.stop()
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def preflight(settings: RunSettings) -> None:
