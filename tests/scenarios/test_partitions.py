@@ -29,7 +29,10 @@ from .tap_workloads import PARTITION_013_TAB1, PARTITION_013_TAB2_TAB3, PARTITIO
 
 pytestmark = pytest.mark.spark
 
-SETUP = PARTITION_013_TAB1 + PARTITION_013_TAB4 + "INSERT INTO tab4 VALUES (-1);"
+SETUP = PARTITION_013_TAB1 + PARTITION_013_TAB4 + """
+CREATE TABLE tab4_2 PARTITION OF tab4 FOR VALUES IN (2, 3);
+INSERT INTO tab4 VALUES (-1);
+"""
 
 #: The catch-up points of 013_partition.pl's first part (leaf identity), plus the sub-partitioned tab4.
 STEPS: list[tuple[str, str]] = [
