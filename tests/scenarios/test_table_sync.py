@@ -99,3 +99,56 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
         assert not list((Path(target) / "_walspark" / "tablesync" / "requests").glob("*.json"))
         missing = CliRunner().invoke(cli, ["resnapshot", "--target", str(tmp_path / "nowhere"), "--table", "b"])
         assert missing.exit_code == 1 and "no walspark pipeline" in missing.output
+
+
+def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_path, monkeypatch):
+    """Acceptance 4, in-process: a copy that fails after its first wave of chunks (test hook) is
+    resumed by the next run in a new snapshot, with the chunks not yet committed — not from zero.
+
+    Between the two snapshots every chunk changes: plain updates, updates leaving a TOASTed value
+    unchanged, deletes, inserts, and keys moving from an early chunk to a late one and back. Each
+    change is matched with the snapshot its key's chunk was read in.
+    """
+    from delta.tables import DeltaTable
+
+    from walspark.spark.tables import table_path
+    from walspark.spark.tablesync_copy import FAIL_AFTER_VARIABLE, METADATA_PREFIX
+
+    target = str(tmp_path / "lake")
+    chunks = ("--sync-chunk-rows", "500")  # 24 chunks, copied 8 at a time (spark.default.parallelism)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text); CREATE PUBLICATION pub FOR TABLE a")
+        conn.execute("INSERT INTO a VALUES (1, 'a')")
+        run_once(pg18_dsn, "pub", "s", target)
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int, big text)")
+        conn.execute("ALTER TABLE t ALTER COLUMN big SET STORAGE EXTERNAL")  # out of line, uncompressed
+        conn.execute("INSERT INTO t SELECT g, 0, CASE WHEN g % 1000 = 0 THEN repeat('x', 5000) || g END "
+                     "FROM generate_series(1, 12000) g")
+        conn.execute("ANALYZE t")
+        conn.execute("ALTER PUBLICATION pub ADD TABLE t")
+        monkeypatch.setenv(FAIL_AFTER_VARIABLE, "1")
+        out = run_once(pg18_dsn, "pub", "s", target, *chunks, expect_exit=1)
+        monkeypatch.delenv(FAIL_AFTER_VARIABLE)
+        assert "key ranges" in out and "fails after 1 wave" in out, out
+        assert _states(target)["public.t"]["state"] == "copying"
+
+        conn.execute("UPDATE t SET v = v + 1 WHERE id % 500 = 7")
+        conn.execute("UPDATE t SET v = 99 WHERE id % 1000 = 0")  # the TOASTed value is left unchanged
+        conn.execute("DELETE FROM t WHERE id % 700 = 3")
+        conn.execute("UPDATE t SET id = id + 100000 WHERE id IN (5, 11005)")  # first chunk / last chunk -> after the last
+        conn.execute("UPDATE t SET id = -id WHERE id IN (11010, 20)")  # last chunk / first chunk -> before the first
+        conn.execute("INSERT INTO t SELECT g, 1, 'new' FROM generate_series(20001, 20100) g")
+        conn.execute("INSERT INTO a VALUES (2, 'b')")
+        out = run_once(pg18_dsn, "pub", "s", target, *chunks)
+        assert "resuming the copy of public.t: 8 of 24 chunks were committed before" in out, out
+        assert "public.t is in sync" in out, out
+
+        history = DeltaTable.forPath(spark, table_path(target, "public", "t")).history().collect()
+        snapshots = {json.loads(h["userMetadata"][len(METADATA_PREFIX):])["lsn"] for h in history
+                     if (h["userMetadata"] or "").startswith(METADATA_PREFIX)}
+        assert len(snapshots) == 2, "the chunks of the first attempt were copied again"
+        assert_matches_publication(conn, spark, target, "pub", context="after the resumed copy")
+
+        conn.execute("UPDATE t SET v = v + 1 WHERE id % 1000 = 0 OR id < 0; DELETE FROM t WHERE id > 100000")
+        run_once(pg18_dsn, "pub", "s", target, *chunks)
+        assert_matches_publication(conn, spark, target, "pub", context="streaming after the resumed copy")

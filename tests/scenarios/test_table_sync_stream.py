@@ -55,12 +55,12 @@ class Run:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self, **env: str) -> None:
+    def start(self, *extra: str, **env: str) -> None:
         self.runs += 1
         self.logs.mkdir(parents=True, exist_ok=True)
         args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", self.dsn, "--publication", "pub",
                 "--slot", self.slot, "--target", str(self.target), "--trigger-seconds", "0.5",
-                "--sync-check-seconds", "1", "--master", "local[2]"]  # fmt: skip
+                "--sync-check-seconds", "1", "--master", "local[2]", *extra]  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **env})  # fmt: skip
@@ -248,11 +248,12 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
     """Acceptance 4: SIGKILL of ``walspark run`` in the middle of a table's copy, then between the
     copy's commit and its hand-off to the stream; after restarts every table equals its source.
 
-    What a restart does (documented): a copy killed midway is started again under a new
-    temporary slot (the resumable chunked copy is not built); a kill after the copy committed
-    keeps the copy and repeats only the hand-off.
+    What a restart does (documented): a copy killed after its first wave of chunks resumes
+    under a new temporary slot with the chunks not yet committed; a kill after the copy
+    committed keeps the copy and repeats only the hand-off.
     """
-    from walspark.spark.tablesync import COPY_PAUSE_VARIABLE, HANDOFF_PAUSE_VARIABLE
+    from walspark.spark.tablesync import HANDOFF_PAUSE_VARIABLE
+    from walspark.spark.tablesync_copy import WAVE_PAUSE_VARIABLE
 
     target = tmp_path / "lake"
     rows = min(BIG_ROWS, 200_000)
@@ -262,19 +263,21 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
         make_tables(conn, sizes, wide="big")
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1")
         with writing(pg18_dsn, sizes), run:
-            run.start(**{COPY_PAUSE_VARIABLE: "60"})
+            chunks = ("--sync-chunk-rows", "10000")  # 20 chunks, copied 8 at a time (spark.default.parallelism)
+            run.start(*chunks, **{WAVE_PAUSE_VARIABLE: "600"})
             run.wait(lambda: len(run.commits()) >= 1, "the first batch")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the copy to start")
-            run.wait(lambda: "copy of public.big: 1/" in run.log() or "copy of public.big: 2/" in run.log(),
-                     "the copy's first tasks")
-            run.kill()  # 1: in the middle of the copy
+            run.wait(lambda: "copy of public.big: 8/20 chunks" in run.log(), "the copy's first wave")
+            run.kill()  # 1: in the middle of the copy, its first wave of chunks committed
             assert states(target)["public.big"]["state"] == "copying"
             print("killed mid-copy:", states(target)["public.big"])
 
-            run.start(**{HANDOFF_PAUSE_VARIABLE: "600"})
+            run.start(*chunks, **{HANDOFF_PAUSE_VARIABLE: "600"})
             run.wait(lambda: states(target)["public.big"]["state"] == "copied", "the copy to commit again")
-            assert "copying public.big" in run.log()  # the copy was started again, under a new slot
+            # resumed under a new slot with the chunks not yet committed
+            assert "resuming the copy of public.big: 8 of 20 chunks were committed before" in run.log(), run.log()[-3000:]
+            assert len(states(target)["public.big"]["cuts"]) == 2
             since = states(target)["public.big"]["since"]
             pending = str(target / "_walspark" / "tablesync" / "pending" / "public" / "big" / "g1")
 
@@ -291,7 +294,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
 
             run.start()
             run.wait(lambda: states(target)["public.big"]["state"] == "ready", "the hand-off after the restart")
-            assert "copying public.big" not in run.log()  # the committed copy was kept
+            assert "copy of public.big" not in run.log()  # the committed copy was kept
             assert ", 0 changes made during the copy" not in run.log(), run.log()[-3000:]
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 1, "a batch after the hand-off")

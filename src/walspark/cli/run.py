@@ -85,6 +85,9 @@ class RunSettings:
     stop: StopSwitch = field(default_factory=StopSwitch, repr=False)
     #: Seconds between checks of the publication's tables and of ``walspark resnapshot`` requests.
     sync_check_seconds: float = 5.0
+    #: Rows per chunk of a table copied while the stream runs: a crash resumes with the chunks not
+    #: yet committed (each wave of chunks is one Delta commit).
+    sync_chunk_rows: int = 50_000
 
     @property
     def home(self) -> str:
@@ -197,7 +200,8 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     from walspark.spark.tablesync import TableSync
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
-                     check_seconds=settings.sync_check_seconds, say=say)  # fmt: skip
+                     check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
+                     say=say)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
             .scd2(*settings.scd2).table_sync(sync))  # fmt: skip
     sync.attach(sink)
@@ -336,16 +340,18 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
               help="Micro-batch interval when streaming.")
 @click.option("--sync-check-seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="How often tables joining or leaving the publication and re-copy requests are checked.")
+@click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
+              help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
-        master: str) -> None:  # fmt: skip
+        sync_chunk_rows: int, master: str) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
                            trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch,
-                           sync_check_seconds=sync_check_seconds)  # fmt: skip
+                           sync_check_seconds=sync_check_seconds, sync_chunk_rows=sync_chunk_rows)  # fmt: skip
     with cli_errors(dsn):
         preflight(settings)  # before the JVM starts: a wrong DSN or name costs a second, not thirty
         from pyspark.sql import SparkSession

@@ -757,6 +757,8 @@ class TableSyncHook(Protocol):
     def route(self, table: tuple[str, str], rows: DataFrame, facts: BatchFacts, batch_id: int,
               session: SparkSession) -> tuple[DataFrame, BatchFacts] | None: ...  # fmt: skip
 
+    def syncing(self, schema: str, table: str) -> bool: ...
+
 
 def _progress_writer() -> ThreadPoolExecutor:
     """The one thread writing progress commits in the background (joined at interpreter exit,
@@ -859,6 +861,8 @@ class ApplyChanges:
         """
         changed = False
         for schema, name, struct in declared:
+            if self._sync is not None and self._sync.syncing(schema, name):
+                continue  # its copy writes the catalog's shape; the hand-off evolves it further
             tgt = TargetTable(spark, table_path(self.target, schema, name), f"{schema}.{name}")
             changed |= follow_catalog(tgt, struct.fields, drained=drained)
         if changed:

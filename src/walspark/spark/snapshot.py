@@ -131,6 +131,7 @@ class TablePlan:
     #: A table without columns: its row count in the snapshot (copied as that many marker rows).
     columnless_rows: int | None = None
     attnums: dict[str, int] = field(default_factory=dict)  # column -> pg_attribute.attnum (evolution.py)
+    oid: int | None = None  # the published relation (a partition root under publish_via_partition_root)
 
     @property
     def qualified(self) -> str:
@@ -258,7 +259,7 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
         plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter,
-                               attnums={str(n): int(a) for n, _, _, a in cols}))
+                               attnums={str(n): int(a) for n, _, _, a in cols}, oid=rel.oid))
         if not columns:  # PostgreSQL replicates the row count of a table without columns
             plans[-1].columnless_rows = _count_rows(conn, relations, rel.row_filter)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
@@ -521,6 +522,25 @@ def _written_rows(spark: SparkSession, path: str) -> int:
     return int(metrics.get("numOutputRows", 0))
 
 
+def table_properties(plan: TablePlan) -> dict[str, str]:
+    """The properties of a copied table: column mapping (any PostgreSQL name fits) and each
+    column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
+    from .evolution import ATTNUMS_PROPERTY, ColumnIds
+
+    props = dict(TABLE_PROPERTIES)
+    if plan.attnums:
+        props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
+    return props
+
+
+def source_plan(dsn: str, snapshot_name: str, plan: TablePlan, catalog: list[list[Any]], *,
+                fail_partition: int | None = None) -> SnapshotSourcePlan:
+    """What the ``pgsnapshot`` tasks of ``plan`` need (its ranges as planned)."""
+    return SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
+                              ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition,
+                              row_filter=plan.row_filter)  # fmt: skip
+
+
 def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePlan, path: str, *,
                 catalog: list[list[Any]], progress: ProgressCallback | None = None,
                 fail_partition: int | None = None, poll_interval: float = 0.5) -> TableSnapshot:
@@ -535,17 +555,13 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
 
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
-        source = SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns,
-                                    binary=plan.binary, ranges=plan.ranges, catalog=catalog,
-                                    fail_partition=fail_partition, row_filter=plan.row_filter)
+        source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
-    from .evolution import ATTNUMS_PROPERTY, ColumnIds, sql_string
+    from .evolution import sql_string
 
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    if plan.attnums:  # each column's identity, so that later DDL is followed by attnum
-        props += f", {sql_string(ATTNUMS_PROPERTY)} = {sql_string(ColumnIds(plan.attnums, {}).to_json())}"
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan).items())
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
     started = time.monotonic()

@@ -61,11 +61,17 @@ class SnapshotFault(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class CtidRange:
-    """One task: pages ``[start, end)`` of relation ``schema.table`` (``end`` None = to the end).
+    """One task: pages ``[start, end)`` of relation ``schema.table`` (``end`` None = to the end),
+    or — for a table sync's resumable copy — the rows whose ``keys`` lie in ``[lo, hi)``.
 
     ``start`` 0 and ``end`` None read the whole relation without a CTID condition (small
     tables, empty tables). The last range of a table is always open-ended, so rows that moved
     to pages past the planned size are never missed.
+
+    Key ranges (:mod:`walspark.spark.tablesync_copy`): ``lo``/``hi`` are the bounds' values as
+    PostgreSQL's text output, cast back with ``key_types`` (None: unbounded). A row never leaves
+    its key range when it is updated (unlike its page), which is what lets chunks copied in
+    different snapshots be reconciled with the stream key by key.
     """
 
     index: int
@@ -73,6 +79,15 @@ class CtidRange:
     table: str
     start: int
     end: int | None
+    keys: tuple[str, ...] = ()
+    key_types: tuple[str, ...] = ()
+    lo: tuple[str, ...] | None = None
+    hi: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        if self.keys:
+            return f"key range {self.index} ({self.lo or '-inf'} .. {self.hi or '+inf'})"
+        return f"pages {self.start}..{self.end}"
 
 
 @dataclass(slots=True)
@@ -96,12 +111,19 @@ class SnapshotSourcePlan:
     def from_json(cls, text: str) -> SnapshotSourcePlan:
         data = json.loads(text)
         data["columns"] = [tuple(c) for c in data["columns"]]
-        data["ranges"] = [CtidRange(**r) for r in data["ranges"]]
+        data["ranges"] = [_range(r) for r in data["ranges"]]
         return cls(**data)
 
 
+def _range(d: dict[str, Any]) -> CtidRange:
+    """A range from its JSON form (lists back to tuples)."""
+    tuples = {k: tuple(v) for k, v in d.items() if k in ("keys", "key_types", "lo", "hi") and v is not None}
+    return CtidRange(**{**d, **tuples})
+
+
 def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end: int | None, *,
-               binary: bool, as_text: Sequence[bool] = (), row_filter: str | None = None) -> Any:
+               binary: bool, as_text: Sequence[bool] = (), row_filter: str | None = None,
+               key_range: CtidRange | None = None) -> Any:
     """The ``COPY (SELECT ... FROM ONLY ...) TO STDOUT`` of one CTID range, every identifier quoted.
 
     Columns flagged in ``as_text`` are selected as ``"c"::text`` (see :data:`TEXT_TRANSFER_TYPES`).
@@ -110,7 +132,9 @@ def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end:
     catalog, put in parentheses and ANDed with the CTID range, never composed from user input.
 
     TID range conditions are executed as a TID Range Scan from PostgreSQL 14 on (only the pages
-    of the range are read); older servers evaluate them during a sequential scan.
+    of the range are read); older servers evaluate them during a sequential scan. A ``key_range``
+    adds ``(k1, k2) >= (lo1::t1, lo2::t2) AND (k1, k2) < (hi...)``: a row comparison, which the
+    key's btree index answers; bounds are literals, type names come from ``format_type``.
     """
     from psycopg import sql
 
@@ -124,6 +148,13 @@ def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end:
         conds.append(sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({start},0)")))
     if end is not None:
         conds.append(sql.SQL("ctid < {}::tid").format(sql.Literal(f"({end},0)")))
+    if key_range is not None and key_range.keys:
+        keys = sql.SQL(", ").join(sql.Identifier(k) for k in key_range.keys)
+        for bound, op in ((key_range.lo, ">="), (key_range.hi, "<")):
+            if bound is not None:
+                values = sql.SQL(", ").join(sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(t))
+                                            for v, t in zip(bound, key_range.key_types, strict=True))
+                conds.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds) if conds else sql.SQL("")
     fmt = sql.SQL("binary" if binary else "text")
     return sql.SQL("COPY (SELECT {} FROM ONLY {}{}) TO STDOUT (FORMAT {})").format(
@@ -387,7 +418,8 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
         raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")
     decoder = _Decoder(plan)
     query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary,
-                       as_text=decoder.as_text if plan.binary else (), row_filter=plan.row_filter)
+                       as_text=decoder.as_text if plan.binary else (), row_filter=plan.row_filter,
+                       key_range=rng)
     conn = connect_sql(plan.dsn)
     try:
         try:
@@ -423,7 +455,7 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             raise error_from_exception(
-                exc, dsn=plan.dsn, what=f"cannot copy {rng.schema}.{rng.table} pages {rng.start}..{rng.end}"
+                exc, dsn=plan.dsn, what=f"cannot copy {rng.schema}.{rng.table} {rng.describe()}"
             ) from None
     finally:
         conn.close()
@@ -437,7 +469,7 @@ class _Reader(DataSourceReader):
         return [InputPartition(asdict(r)) for r in self.plan.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_range(self.plan, CtidRange(**partition.value))
+        yield from read_range(self.plan, _range(partition.value))
 
 
 class PgSnapshotDataSource(DataSource):

@@ -6,16 +6,16 @@ the stream back per table (docs/design/table-sync.md has the full argument):
 - **Copy**: a background driver thread creates a *temporary* slot with an exported snapshot; its
   consistent point C splits the table's history: transactions committed before C are in the
   snapshot, those at or after C come from the main slot. The table is copied inside that snapshot
-  with the initial snapshot's parallel CTID-range COPY (:func:`walspark.spark.snapshot.write_table`,
-  one Spark job, one atomic ``CREATE OR REPLACE``), while the streaming query keeps applying the
-  other tables.
+  in key-range chunks, a wave of parallel COPY tasks and one Delta commit at a time, so that a
+  crash resumes with the chunks not yet committed (:mod:`.tablesync_copy`), while the streaming
+  query keeps applying the other tables.
 - **Pending log**: while a table is being copied the sink does not apply its changes to its Delta
   table; it appends them (idempotently: Delta transaction id = batch id) to the table's pending
   log, a Delta table under ``_walspark/tablesync/pending/``. The batch then commits as usual and
   the main slot is confirmed past it: WAL does not pile up during a long copy.
 - **Hand-off**: once the copy committed (state ``copied`` with C), the pending changes with
-  commit LSN >= C are applied through the normal apply path in one idempotent step, the table is
-  ``ready`` and its log dropped. Later batches skip what the hand-off already applied
+  commit LSN >= C (per key for a copy resumed in several snapshots) are applied through the
+  normal apply path in one idempotent step, the table is ``ready`` and its log dropped. Later batches skip what the hand-off already applied
   (``handed_through``) and, while the stream may still lag behind C, changes before C.
 - **Discovery**: at start and every ``check_seconds`` the publication's tables and their
   membership rows are compared with the states: a published table without Delta table, one that
@@ -112,7 +112,7 @@ class TableSync:
 
     def __init__(self, spark: SparkSession, dsn: str, publication: str, target: str, *,
                  check_seconds: float = DEFAULT_CHECK_SECONDS, say: Callable[[str], None] = print,
-                 parallelism: int | None = None) -> None:  # fmt: skip
+                 parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
         from .snapshot_source import register as register_snapshot_source
@@ -122,6 +122,7 @@ class TableSync:
         self.say = say
         self.store = SyncStore.for_target(target)
         self.parallelism = parallelism or spark.sparkContext.defaultParallelism
+        self.chunk_rows = chunk_rows
         # Own sessions: transaction ids of idempotent writes are session settings, and the copy
         # threads and the hand-off run beside the sink's batches.
         self._copy_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
@@ -262,13 +263,19 @@ class TableSync:
             yield
             if self._batch_max is not None:
                 self._position = max(self._position or 0, self._batch_max)
+                for state in self.store.all():  # the stream passed a resumed copy's last snapshot
+                    if state.state == READY and state.cuts and state.since is not None and self._position >= state.since:
+                        self.store.update(state.schema, state.table, cuts=(), cut_keys=())
+
+    def syncing(self, schema: str, table: str) -> bool:
+        """The table is being copied: its Delta table belongs to the copy until the hand-off."""
+        state = self.store.get(schema, table)
+        return state is not None and state.syncing
 
     def route(self, table: Table, rows: DataFrame, facts: BatchFacts, batch_id: int,
               session: SparkSession) -> tuple[DataFrame, BatchFacts] | None:  # fmt: skip
         """What the sink applies of this table's batch; None: nothing (kept in the pending log, or
         already applied by a hand-off)."""
-        from pyspark.sql import functions as F
-
         with self._max_lock:  # not self.lock: the batch's thread holds it while the sink's pool runs this
             self._batch_max = max(self._batch_max or 0, facts.max_commit_lsn)
         state = self.store.get(*table)
@@ -286,7 +293,12 @@ class TableSync:
             # The stream may still be behind the copy's consistent point: those changes are in it.
             from .apply import batch_facts
 
-            rows = rows.where(F.col("_commit_lsn") >= state.since)
+            copied = self._copied(state, rows, session)
+            if copied is None:
+                state = self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy")
+                self._append_pending(state, rows, batch_id, session)
+                return None
+            rows = copied
             keys = self.sink.options_for(*table).keys if self.sink else None
             kept = batch_facts(rows, table, keys)
             return None if kept is None else (rows, kept)
@@ -316,7 +328,8 @@ class TableSync:
     # ------------------------------------------------------------------------------------------
     # copy and hand-off
 
-    def _begin_copy(self, table: Table, previous: SyncState | None, why: str | None = None) -> SyncState:
+    def _begin_copy(self, table: Table, previous: SyncState | None, why: str | None = None, *,
+                    again: bool = False) -> SyncState:  # fmt: skip
         """Switch the table to copying (durably, before its copy's slot exists) and start the copy.
 
         Safe at any point of a batch or between batches: every batch before the current one is
@@ -325,7 +338,7 @@ class TableSync:
         """
         with self._copies_lock:
             current = self.store.get(*table)
-            if current is not None and current.syncing:
+            if current is not None and current.syncing and not again:
                 return current
             if why:
                 self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
@@ -356,9 +369,17 @@ class TableSync:
         from walspark.protocol.lsn import format_lsn
         from walspark.source.slots import create_slot_with_snapshot
 
-        from .snapshot import _plan_in_snapshot, plan_partitions, write_table
+        from .snapshot import (
+            DEFAULT_PARTITION_ROWS,
+            SMALL_TABLE_ROWS,
+            _plan_in_snapshot,
+            plan_partitions,
+            write_table,
+        )
+        from .tablesync_copy import copy_in_chunks
 
         slot = f"walspark_sync_{os.getpid()}_{next(self._slot_numbers)}"
+        path = table_path(self.target, state.schema, state.table)
         with create_slot_with_snapshot(self.dsn, slot, temporary=True) as exported:
             consistent_point = exported.consistent_point
             assert exported.snapshot_name is not None
@@ -367,19 +388,39 @@ class TableSync:
             if plan is None:  # left the publication before the copy began: nothing to copy
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
-            plan_partitions(plan, parallelism=self.parallelism)
             self._stop.wait(float(os.environ.get(COPY_PAUSE_VARIABLE) or 0))
-            self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} "
-                     f"({len(plan.ranges)} tasks) while the stream goes on")
-            result = write_table(self._copy_session, self.dsn, exported.snapshot_name, plan,
-                                 table_path(self.target, state.schema, state.table), catalog=catalog,
-                                 progress=lambda update: self.say("copy of " + update.line()))  # fmt: skip
+            if plan.columnless_rows is not None:  # a row count: one commit, nothing to resume
+                plan_partitions(plan, parallelism=self.parallelism)
+                self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} while the stream goes on")
+                written = write_table(self._copy_session, self.dsn, exported.snapshot_name, plan, path,
+                                      catalog=catalog)  # fmt: skip
+                changes: dict[str, object] = {"since": consistent_point, "rows": written.rows}
+            else:
+                outcome = copy_in_chunks(
+                    self._copy_session, dsn=self.dsn, snapshot_name=exported.snapshot_name,
+                    consistent_point=consistent_point, plan=plan, catalog=catalog, path=path,
+                    plan_path=self.store.copy_plan_path(state.schema, state.table, state.gen), gen=state.gen,
+                    parallelism=self.parallelism, partition_rows=self.chunk_rows or DEFAULT_PARTITION_ROWS,
+                    small_rows=min(SMALL_TABLE_ROWS, self.chunk_rows or SMALL_TABLE_ROWS), say=self.say,
+                    stop=self._stop)  # fmt: skip
+                changes = {"since": outcome.since, "rows": outcome.rows, "cuts": outcome.cuts,
+                           "cut_keys": outcome.keys if outcome.cuts else ()}  # fmt: skip
         with self.store._lock:
             current = self.store.get(state.schema, state.table)
             if current is None or current.gen != state.gen or current.state != COPYING:
                 return  # superseded (should not happen: a syncing table is never re-requested)
-            self.store.update(state.schema, state.table, state=COPIED, since=consistent_point, rows=result.rows,
-                              copy_done=time.time())
+            self.store.update(state.schema, state.table, state=COPIED, copy_done=time.time(), **changes)
+
+    def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
+        """``rows`` without the changes the copy holds; None: the copy must be made again (a
+        TRUNCATE between the snapshots of a resumed copy)."""
+        from .tablesync_copy import truncated_within, without_copied
+
+        assert state.since is not None
+        path = table_path(self.target, state.schema, state.table)
+        if state.cuts and truncated_within(rows, min(c for c, _ in state.cuts), state.since):
+            return None
+        return without_copied(rows, since=state.since, cuts=state.cuts, keys=state.cut_keys, spark=session, path=path)
 
     def _hand_off(self, state: SyncState) -> None:
         """Apply the pending changes at or after C, then the table is ready (idempotent: a replay
@@ -397,7 +438,12 @@ class TableSync:
             spark = self._handoff_session
             log_df = spark.read.format("delta").load(pending)
             through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]
-            rows = log_df.where(F.col("_commit_lsn") >= state.since).drop(BATCH_COLUMN)
+            copied = self._copied(state, log_df.drop(BATCH_COLUMN), spark)
+            if copied is None:  # its changes so far are in the new copy, later ones in its own log
+                self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy", again=True)
+                shutil.rmtree(pending, ignore_errors=True)
+                return
+            rows = copied
             options = self.sink.options_for(*table)
             facts = batch_facts(rows, table, options.keys)
             if facts is not None:
@@ -411,6 +457,7 @@ class TableSync:
         self.sink._known.pop(f"{path}\0ids", None)
         self.store.update(*table, state=READY, handed_through=through)
         shutil.rmtree(pending, ignore_errors=True)
+        shutil.rmtree(self.store.copy_plan_path(*table, state.gen).parent, ignore_errors=True)
         self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
                  "made during the copy applied; streaming it from here")
 

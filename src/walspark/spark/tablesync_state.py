@@ -53,6 +53,12 @@ class SyncState:
     #: _namespace oids): a drop and re-add of the table changes it even between two checks.
     signature: tuple[str, ...] = ()
     rows: int | None = None
+    #: A copy resumed after a crash holds chunks read in several snapshots: ``(C, Delta version)``
+    #: of each, and the key columns its chunks are ranges of. Until the stream has passed the last
+    #: C, a change counts as copied when its commit LSN is below the C of the snapshot its key was
+    #: read in (:func:`walspark.spark.tablesync_copy.without_copied`). Empty: one snapshot, ``since``.
+    cuts: tuple[tuple[int, int], ...] = ()
+    cut_keys: tuple[str, ...] = ()
     #: Wall-clock times (seconds since the epoch) of the copy's start and its commit, for humans
     #: and tests.
     copy_started: float | None = None
@@ -70,12 +76,16 @@ class SyncState:
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["signature"] = list(self.signature)
+        d["cuts"] = [list(c) for c in self.cuts]
+        d["cut_keys"] = list(self.cut_keys)
         return d
 
     @staticmethod
     def from_dict(d: dict[str, object]) -> SyncState:
         d = dict(d)
         d["signature"] = tuple(d.get("signature") or ())  # type: ignore[arg-type]
+        d["cuts"] = tuple(tuple(c) for c in d.get("cuts") or ())  # type: ignore[union-attr]
+        d["cut_keys"] = tuple(d.get("cut_keys") or ())  # type: ignore[arg-type]
         return SyncState(**d)  # type: ignore[arg-type]
 
 
@@ -104,6 +114,10 @@ class SyncStore:
     def pending_path(self, schema: str, table: str, gen: int) -> str:
         """The pending change log (a Delta table) of one copy generation of a table."""
         return str(self.home / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}")
+
+    def copy_plan_path(self, schema: str, table: str, gen: int) -> Path:
+        """The chunk plan of one copy generation of a table (what a resumed copy continues)."""
+        return self.home / "copies" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}.json"
 
     def _load(self) -> dict[Table, SyncState]:
         if self._states is None:
@@ -146,6 +160,7 @@ class SyncStore:
 
         with self._lock:
             shutil.rmtree(self.home / "pending", ignore_errors=True)
+            shutil.rmtree(self.home / "copies", ignore_errors=True)
             if self.path.exists():
                 self.path.unlink()
             self._states = None

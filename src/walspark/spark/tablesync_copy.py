@@ -1,0 +1,391 @@
+"""A table sync's copy in key-range chunks that survive a crash (issue 14, "huge tables").
+
+Why chunks by key and not by page: a copy runs inside one exported snapshot, which dies with the
+process. A copy resumed after a crash reads its remaining chunks in a *new* snapshot, so the
+table is made of chunks read at different consistent points C1 < C2 < …. That is only repairable
+if every row stays in its chunk whatever happens between C1 and C2: a page range loses a row that
+an update moves from a page not yet copied to one already copied (and doubles the reverse), a key
+range never does. Reconciliation is then per key (:func:`without_copied`): a change of key k
+counts as already copied when its commit LSN is below the C of the snapshot k's chunk was read in.
+
+How a copy proceeds (:func:`copy_in_chunks`):
+
+1. **Plan** (first attempt, inside its snapshot): the table's replica identity key (primary key,
+   or the ``REPLICA IDENTITY USING INDEX`` index) and chunk bounds from a ``TABLESAMPLE`` of the
+   keys, ordered by PostgreSQL (so text keys follow their collation). The plan is written
+   durably to ``_walspark/tablesync/copies/<schema>/<table>/g<gen>.json`` *before* any chunk.
+2. **Start**: the Delta table is replaced by an empty one of the planned shape (its version is
+   recorded in the plan: chunks are the commits after it).
+3. **Waves**: chunks are copied ``parallelism`` at a time, one Spark job and one Delta append per
+   wave, each commit tagged with ``userMetadata`` = ``walspark-copy {gen, plan, lsn, chunks}``.
+   The Delta log is the record of what is done: a crash between a commit and any bookkeeping
+   of ours loses nothing, and a resumed copy reads the table's history to skip those chunks.
+4. **Done**: the committed waves give ``since`` (the last C) and, when several snapshots hold
+   chunks, the *cuts* — each C with the last Delta version written in it — that
+   :func:`without_copied` uses to tell for each key which C applies.
+
+A table without such a key (REPLICA IDENTITY FULL or NOTHING without primary key) is copied in
+page ranges: still in waves, but a crash restarts it from its first chunk, as a changed shape
+(columns, row filter, partitions) between two attempts does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from walspark.protocol.lsn import format_lsn
+
+from .durable import write_json_durably
+from .snapshot_source import CtidRange, _range
+from .tables import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from .snapshot import TablePlan
+
+__all__ = ["CopyOutcome", "copy_in_chunks", "truncated_within", "without_copied"]
+
+#: Prefix of the ``userMetadata`` of a copy's chunk commits.
+METADATA_PREFIX = "walspark-copy "
+
+#: Test hooks: seconds a copy waits after each committed wave (kill tests: a copy half done), and
+#: the number of waves after which a copy fails (a crash in the middle, in-process).
+WAVE_PAUSE_VARIABLE = "WALSPARK_TEST_WAVE_PAUSE"
+FAIL_AFTER_VARIABLE = "WALSPARK_TEST_COPY_FAIL_AFTER_WAVES"
+
+#: Pages sampled per chunk when choosing chunk bounds (at least :data:`MIN_SAMPLE_PAGES`): a page
+#: sample is cheap, and enough pages make chunks of about even size.
+SAMPLE_PAGES_PER_CHUNK = 20
+MIN_SAMPLE_PAGES = 200
+
+_KEY_QUERY = """
+SELECT i.indnkeyatts, a.attname::text, format_type(a.atttypid, NULL)
+  FROM pg_class c
+  JOIN pg_index i ON i.indrelid = c.oid
+  CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+ WHERE c.oid = %s AND k.n <= i.indnkeyatts
+   AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END
+ ORDER BY k.n
+"""
+
+
+@dataclass(slots=True)
+class CopyPlan:
+    """A copy's chunks, durable across attempts (see the module docstring)."""
+
+    gen: int
+    shape: str
+    keys: list[str]
+    chunks: list[CtidRange]
+    plan_id: str
+    start_version: int | None = None
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_durably(path, asdict(self))
+
+    @staticmethod
+    def load(path: Path) -> CopyPlan | None:
+        try:
+            d = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return CopyPlan(d["gen"], d["shape"], d["keys"], [_range(c) for c in d["chunks"]], d["plan_id"],
+                        d.get("start_version"))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Wave:
+    """One committed wave, as the Delta history tells it."""
+
+    version: int
+    lsn: int
+    chunks: tuple[int, ...]
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOutcome:
+    rows: int
+    #: The C of the last snapshot that copied chunks: changes at or after it are not in the copy.
+    since: int
+    #: ``(C, last Delta version)`` per snapshot that copied chunks, when there are several.
+    cuts: tuple[tuple[int, int], ...]
+    keys: tuple[str, ...]
+    resumed: int  # chunks committed by earlier attempts
+
+
+def shape_of(plan: TablePlan) -> str:
+    """What must not change between two attempts of a copy for their chunks to fit together."""
+    return json.dumps([plan.columns, plan.row_filter, [(r.schema, r.table) for r in plan.relations], plan.binary])
+
+
+def key_columns(conn: Any, plan: TablePlan) -> list[tuple[str, str]]:
+    """The replica identity key's columns and type names, or [] (no usable key)."""
+    if plan.oid is None:
+        return []
+    rows = conn.execute(_KEY_QUERY, (plan.oid,)).fetchall()
+    names = {c[0] for c in plan.columns}
+    if not rows or len(rows) != rows[0][0] or any(r[1] not in names for r in rows):
+        return []  # expression index columns, or a key column the publication does not send
+    return [(str(r[1]), str(r[2])) for r in rows]
+
+
+def chunk_count(rows: int | None, pages: int, *, parallelism: int, partition_rows: int, small_rows: int) -> int:
+    """How many chunks a relation gets: about ``partition_rows`` each, at least ``parallelism``
+    when it is big enough to split at all (the rule of :func:`.snapshot.plan_partitions`)."""
+    rows = rows if rows is not None else pages * 100
+    if rows < small_rows:
+        return 1
+    return max(parallelism, math.ceil(rows / max(partition_rows, 1)))
+
+
+def key_bounds(conn: Any, schema: str, table: str, keys: Sequence[str], row_filter: str | None,
+               pages: int, chunks: int) -> list[tuple[str, ...]]:  # fmt: skip
+    """Up to ``chunks - 1`` increasing key values splitting the relation evenly, from a page sample.
+
+    The values are PostgreSQL's text output of the keys, ordered by PostgreSQL: the ranges
+    compare them back in the database, with the columns' own collations. Fewer bounds (bigger
+    chunks) when the sample is small; never a wrong one — any bounds give disjoint chunks.
+    """
+    from psycopg import sql
+
+    if chunks <= 1:
+        return []
+    sample_pages = max(chunks * SAMPLE_PAGES_PER_CHUNK, MIN_SAMPLE_PAGES)
+    percent = 100.0 if pages <= sample_pages else 100.0 * sample_pages / pages
+    # Qualified: ORDER BY a bare name would sort by the output column of that name, i.e. as text.
+    cols = [sql.Identifier("walspark_sample", k) for k in keys]
+    where = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")  # the server's text
+    query = sql.SQL("SELECT {} FROM ONLY {} AS walspark_sample TABLESAMPLE SYSTEM ({}){} ORDER BY {}").format(
+        sql.SQL(", ").join(sql.SQL("{}::text").format(c) for c in cols), sql.Identifier(schema, table),
+        sql.Literal(percent), where, sql.SQL(", ").join(cols))
+    sample = [tuple(r) for r in conn.execute(query).fetchall()]
+    bounds: list[tuple[str, ...]] = []
+    for i in range(1, chunks):
+        if sample:
+            value = sample[min(len(sample) - 1, round(i * len(sample) / chunks))]
+            if value != sample[0] and (not bounds or value != bounds[-1]):
+                bounds.append(value)
+    return bounds
+
+
+def plan_chunks(conn: Any, plan: TablePlan, *, parallelism: int, partition_rows: int,
+                small_rows: int) -> tuple[list[str], list[CtidRange]]:  # fmt: skip
+    """Key-range chunks of every relation of ``plan`` (page ranges when it has no usable key);
+    ``conn`` is inside the copy's snapshot."""
+    from .snapshot import plan_partitions
+
+    key = key_columns(conn, plan)
+    if not key:
+        return [], plan_partitions(plan, parallelism=parallelism, partition_rows=partition_rows,
+                                   small_rows=small_rows)  # fmt: skip
+    names, types = tuple(k for k, _ in key), tuple(t for _, t in key)
+    chunks: list[CtidRange] = []
+    for rel in plan.relations:
+        n = chunk_count(rel.estimated_rows, rel.pages, parallelism=parallelism, partition_rows=partition_rows,
+                        small_rows=small_rows)  # fmt: skip
+        edges: list[tuple[str, ...] | None] = [None, *key_bounds(conn, rel.schema, rel.table, names, plan.row_filter,
+                                                                rel.pages, n), None]  # fmt: skip
+        for lo, hi in itertools.pairwise(edges):
+            chunks.append(CtidRange(len(chunks), rel.schema, rel.table, 0, None, names, types, lo, hi))
+    return list(names), chunks
+
+
+def committed_waves(spark: SparkSession, path: str, saved: CopyPlan) -> list[Wave]:
+    """The waves of ``saved`` that the Delta table holds (its history after the copy's start)."""
+    from delta.tables import DeltaTable
+
+    if saved.start_version is None:
+        return []
+    history = (DeltaTable.forPath(spark, path).history().where(f"version > {int(saved.start_version)}")
+               .select("version", "userMetadata", "operationMetrics").collect())  # fmt: skip
+    waves = []
+    for row in history:
+        text = row["userMetadata"] or ""
+        if not text.startswith(METADATA_PREFIX):
+            continue
+        meta = json.loads(text[len(METADATA_PREFIX):])
+        if meta.get("gen") == saved.gen and meta.get("plan") == saved.plan_id:
+            rows = int((row["operationMetrics"] or {}).get("numOutputRows", 0))
+            waves.append(Wave(int(row["version"]), int(meta["lsn"]), tuple(meta["chunks"]), rows))
+    return sorted(waves, key=lambda w: w.version)
+
+
+def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
+    """Replace the Delta table by an empty one of the plan's shape; its version."""
+    from delta.tables import DeltaTable
+
+    from .snapshot import table_properties
+
+    builder = DeltaTable.createOrReplace(spark).location(path).addColumns(schema)
+    for key, value in table_properties(plan).items():
+        builder = builder.property(key, value)
+    builder.execute()
+    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])
+
+
+def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consistent_point: int,
+                   plan: TablePlan, catalog: list[list[Any]], path: str, plan_path: Path, gen: int,
+                   parallelism: int, partition_rows: int, small_rows: int, say: Callable[[str], None],
+                   stop: threading.Event) -> CopyOutcome:  # fmt: skip
+    """Copy ``plan`` into ``path`` in waves of chunks, continuing the chunks an earlier attempt of
+    the same generation committed when their shape still fits (see the module docstring)."""
+    from walspark.source.connect import connect_sql
+
+    from .snapshot import _written_rows, source_plan
+    from .snapshot_source import begin_in_snapshot
+
+    saved = CopyPlan.load(plan_path)
+    shape = shape_of(plan)
+    base = source_plan(dsn, snapshot_name, plan, catalog)
+    schema = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=[]).to_json()).load().schema
+    waves = committed_waves(spark, path, saved) if saved is not None and saved.gen == gen else []
+    restart = None
+    if saved is None or saved.gen != gen:
+        pass
+    elif saved.shape != shape:
+        restart = "its columns, row filter or partitions changed since the copy began"
+    elif waves and not saved.keys:
+        restart = "it has no primary key or replica identity index to resume by"
+    if saved is None or saved.gen != gen or restart:
+        if restart:
+            say(f"copy of {plan.qualified} starts over: {restart}")
+        with connect_sql(dsn) as conn:
+            begin_in_snapshot(conn, snapshot_name)
+            keys, chunks = plan_chunks(conn, plan, parallelism=parallelism, partition_rows=partition_rows,
+                                       small_rows=small_rows)  # fmt: skip
+            conn.execute("COMMIT")
+        saved = CopyPlan(gen, shape, keys, chunks, uuid.uuid4().hex)
+        saved.save(plan_path)
+        waves = []
+    if saved.start_version is None:
+        saved.start_version = _start(spark, plan, schema, path)
+        saved.save(plan_path)
+    done = {i for w in waves for i in w.chunks}
+    todo = [c for c in saved.chunks if c.index not in done]
+    total = len(saved.chunks)
+    how = "key ranges" if saved.keys else "page ranges"
+    if done:
+        say(f"resuming the copy of {plan.qualified}: {len(done)} of {total} chunks were committed before; "
+            f"copying the other {len(todo)} at {format_lsn(consistent_point)}")
+    else:
+        say(f"copying {plan.qualified} at {format_lsn(consistent_point)} ({total} chunks, {how}) while the "
+            "stream goes on")
+    started = time.monotonic()
+    rows = sum(w.rows for w in waves)
+    pause = float(os.environ.get(WAVE_PAUSE_VARIABLE) or 0)
+    fail_after = int(os.environ.get(FAIL_AFTER_VARIABLE) or 0)
+    for first in range(0, len(todo), max(parallelism, 1)):
+        if stop.is_set():
+            raise InterruptedError(f"the copy of {plan.qualified} was stopped")
+        wave = todo[first:first + max(parallelism, 1)]
+        meta = {"gen": gen, "plan": saved.plan_id, "lsn": consistent_point, "chunks": [c.index for c in wave]}
+        df = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=wave).to_json()).load()
+        df.write.format("delta").mode("append").option("userMetadata", METADATA_PREFIX + json.dumps(meta)).save(path)
+        rows += _written_rows(spark, path)
+        done.update(c.index for c in wave)
+        say(f"copy of {plan.qualified}: {len(done)}/{total} chunks, {rows:,} rows, "
+            f"{time.monotonic() - started:.1f} s")
+        if len(done) < total:
+            if fail_after and first // max(parallelism, 1) + 1 >= fail_after:
+                raise RuntimeError(f"test hook: the copy of {plan.qualified} fails after {fail_after} wave(s)")
+            if pause:
+                stop.wait(pause)
+    waves = committed_waves(spark, path, saved)
+    lsns = sorted({w.lsn for w in waves}) or [consistent_point]
+    cuts = tuple((lsn, max(w.version for w in waves if w.lsn == lsn)) for lsn in lsns) if len(lsns) > 1 else ()
+    return CopyOutcome(sum(w.rows for w in waves), lsns[-1], cuts, tuple(saved.keys),
+                       sum(len(w.chunks) for w in waves if w.lsn != consistent_point))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# What of a change log the copy already holds
+
+
+def truncated_within(rows: DataFrame, first: int, since: int) -> bool:
+    """A TRUNCATE between the first and the last snapshot of a resumed copy: chunks read before it
+    hold rows it removed, chunks read after it do not — no per-key rule can tell; copy again."""
+    from pyspark.sql import functions as F
+
+    lsn = F.col("_commit_lsn")
+    return bool(rows.where((F.col("_op") == "T") & (lsn >= first) & (lsn < since)).limit(1).count())
+
+
+def without_copied(rows: DataFrame, *, since: int, cuts: Sequence[tuple[int, int]], keys: Sequence[str],
+                   spark: SparkSession, path: str) -> DataFrame:  # fmt: skip
+    """The changes of ``rows`` (per-table layout) the copy does not already hold.
+
+    One snapshot: those with commit LSN >= C. Several (a resumed copy): per key, the C of the
+    snapshot its chunk was read in — found as the first cut whose Delta version holds the key;
+    a key no chunk holds did not exist when its chunk was read, and every change of it from the
+    first C on is applied (its last one before its chunk's C left it deleted, so that is what the
+    fold ends with). An update that moved a row between keys of different C is applied on each
+    side by that side's C: kept, or reduced to the delete of its old key.
+    """
+    from pyspark.sql import functions as F
+
+    lsn = F.col("_commit_lsn")
+    if len(cuts) <= 1 or not keys:
+        return rows.where(lsn >= since)
+    first = min(c for c, _ in cuts)
+    op = F.col("_op")
+    new = [F.col(quote(k)) for k in keys]
+    old = [F.col("_old").getField(k) for k in keys]
+    key_names = [f"__ws_ck{i}" for i in range(len(keys))]
+    wanted = (rows.where(op.isin("I", "U")).select(*[c.alias(n) for c, n in zip(new, key_names)])
+              .unionByName(rows.where(op.isin("U", "D") & F.col("_old").isNotNull())
+                           .select(*[c.alias(n) for c, n in zip(old, key_names)]))
+              .distinct())  # fmt: skip
+    held = None
+    for cut, version in cuts:
+        copy = spark.read.format("delta").option("versionAsOf", version).load(path)
+        part = (copy.select(*[F.col(quote(k)).alias(n) for k, n in zip(keys, key_names)])
+                .join(F.broadcast(wanted), key_names, "left_semi").withColumn("__ws_at", F.lit(cut)))  # fmt: skip
+        held = part if held is None else held.unionByName(part)
+    assert held is not None
+    held = held.groupBy(*key_names).agg(F.min("__ws_at").alias("__ws_at"))
+
+    def threshold(side: list[Any], tag: str) -> tuple[DataFrame, Any, list[Any]]:
+        renamed = held.select(*[F.col(n).alias(f"{n}{tag}") for n in key_names], F.col("__ws_at").alias(f"__ws_at{tag}"))
+        cond = [s.eqNullSafe(F.col(f"{n}{tag}")) for s, n in zip(side, key_names)]
+        return renamed, F.coalesce(F.col(f"__ws_at{tag}"), F.lit(first)), cond
+
+    new_held, at_new, new_cond = threshold(new, "n")
+    old_held, at_old, old_cond = threshold(old, "o")
+    joined = rows.join(F.broadcast(new_held), _all(new_cond), "left").join(F.broadcast(old_held), _all(old_cond), "left")
+    moved = (op == "U") & F.col("_old").isNotNull() & _any([~n.eqNullSafe(o) for n, o in zip(new, old)])
+    keep = (F.when(op == "D", lsn >= at_old)
+            .when(moved, (lsn >= at_new) | (lsn >= at_old))
+            .when(op.isin("I", "U"), lsn >= at_new)
+            .when(op == "T", lsn >= since)
+            .otherwise(lsn >= first))  # fmt: skip
+    extra = [*(f"{n}{t}" for n in key_names for t in "no"), "__ws_atn", "__ws_ato"]
+    return (joined.where(keep).withColumn("_op", F.when(moved & (lsn < at_new), F.lit("D")).otherwise(op))
+            .drop(*extra).select(*[F.col(quote(c)) for c in rows.columns]))  # fmt: skip
+
+
+def _all(conds: list[Any]) -> Any:
+    import functools
+    import operator
+
+    return functools.reduce(operator.and_, conds)
+
+
+def _any(conds: list[Any]) -> Any:
+    import functools
+    import operator
+
+    return functools.reduce(operator.or_, conds)
