@@ -209,7 +209,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     spark.streams.addListener(progress.listener)
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     try:
-        starts = _run_queries(spark, settings, sink, say)
+        starts = _run_queries(spark, settings, sink, sync, say)
         if settings.once:
             sync.finish()  # --once ends with every table copied and handed off to the stream
     finally:
@@ -222,7 +222,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     return starts
 
 
-def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int:  # type: ignore[no-untyped-def]
+def _run_queries(spark: SparkSession, settings: RunSettings, sink, sync, say) -> int:  # type: ignore[no-untyped-def]
     """Start the streaming query, again after each schema change; returns how many were started."""
     from pyspark.errors import StreamingQueryException
 
@@ -237,7 +237,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         changes = spark.readStream.format("pgoutput").options(**options).load()
-        _follow_catalog(spark, settings, sink, changes.schema)
+        _follow_catalog(spark, sink, changes.schema, sync.published())
         writer = (
             changes.writeStream.foreachBatch(sink.foreach_batch)
             .option("checkpointLocation", settings.checkpoint)
@@ -266,7 +266,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, say) -> int: 
         finally:
             settings.stop.deferred = False
         if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
-            _follow_catalog(spark, settings, sink, changes.schema, drained=True)
+            _follow_catalog(spark, sink, changes.schema, sync.published(), drained=True)
         return starts
 
 
@@ -288,20 +288,17 @@ def _stop_between_batches(query) -> None:  # type: ignore[no-untyped-def]
     query.stop()
 
 
-def _follow_catalog(spark: SparkSession, settings: RunSettings, sink, schema,  # type: ignore[no-untyped-def]
+def _follow_catalog(spark: SparkSession, sink, schema, tables,  # type: ignore[no-untyped-def]
                     drained: bool = False) -> None:  # fmt: skip
     """Bring the existing Delta tables to the catalog's columns (before a query, and after one that
     drained the slot): DDL is not streamed, and a table altered but not written to since would
-    otherwise lag behind."""
-    from walspark.source.connect import connect_sql
-    from walspark.source.publications import publication_list
-    from walspark.spark.schema import OutputLayout, published_tables
+    otherwise lag behind. ``tables``: the published ``(schema, table)`` pairs as the table sync
+    last read them (a table it has not seen yet is being copied, with the catalog's columns)."""
+    from walspark.spark.schema import OutputLayout
 
     declared = OutputLayout.from_schema(schema, None).tables
-    with connect_sql(settings.dsn) as conn:
-        shapes = published_tables(conn, publication_list(settings.publication))
-    sink.follow_catalog(spark, [(s.schema, s.table, declared[s.qualified_name]) for s in shapes
-                                if s.qualified_name in declared], drained=drained)
+    sink.follow_catalog(spark, [(s, t, declared[f"{s}.{t}"]) for s, t in tables if f"{s}.{t}" in declared],
+                        drained=drained)  # fmt: skip
 
 
 def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped-def]

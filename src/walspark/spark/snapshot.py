@@ -32,8 +32,9 @@ nothing and returns the recorded consistent point (``redo=True`` forces a new sn
 
 Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
 their changes from the moment they were added, but not their earlier rows. ``walspark run``
-copies them with :func:`write_table` inside a temporary slot's exported snapshot while the
-stream goes on (:mod:`walspark.spark.tablesync`, docs/design/table-sync.md).
+copies them inside a temporary slot's exported snapshot, in resumable key-range chunks, while the
+stream goes on (:mod:`walspark.spark.tablesync`, :mod:`walspark.spark.tablesync_copy`,
+docs/design/table-sync.md).
 """
 
 from __future__ import annotations

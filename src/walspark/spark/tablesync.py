@@ -267,6 +267,11 @@ class TableSync:
                     if state.state == READY and state.cuts and state.since is not None and self._position >= state.since:
                         self.store.update(state.schema, state.table, cuts=(), cut_keys=())
 
+    def published(self) -> list[Table]:
+        """The publication's tables as the last check read them (as streamed: partition roots
+        under ``publish_via_partition_root``). Not under the lock: a batch may hold it."""
+        return sorted(dict(self._signatures))
+
     def syncing(self, schema: str, table: str) -> bool:
         """The table is being copied: its Delta table belongs to the copy until the hand-off."""
         state = self.store.get(schema, table)

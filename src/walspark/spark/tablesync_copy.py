@@ -225,15 +225,24 @@ def committed_waves(spark: SparkSession, path: str, saved: CopyPlan) -> list[Wav
 
 
 def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
-    """Replace the Delta table by an empty one of the plan's shape; its version."""
+    """Replace the Delta table by an empty one of the plan's shape; its version.
+
+    SQL, not ``DeltaTable.createOrReplace().location()``: the builder leaves an existing table of
+    the same schema as it is (no new version), and a copy must start from an empty table.
+    """
     from delta.tables import DeltaTable
 
-    from .snapshot import table_properties
+    from .evolution import sql_string
+    from .snapshot import _sql_path, table_properties
 
-    builder = DeltaTable.createOrReplace(spark).location(path).addColumns(schema)
-    for key, value in table_properties(plan).items():
-        builder = builder.property(key, value)
-    builder.execute()
+    view = f"walspark_copy_{uuid.uuid4().hex}"
+    spark.createDataFrame([], schema).createOrReplaceTempView(view)
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan).items())
+    try:
+        spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
+                  f"AS SELECT * FROM `{view}`")  # fmt: skip
+    finally:
+        spark.catalog.dropTempView(view)
     return int(DeltaTable.forPath(spark, path).history(1).first()["version"])
 
 
