@@ -268,7 +268,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             run.wait(lambda: len(run.commits()) >= 1, "the first batch")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the copy to start")
-            run.wait(lambda: "copy of public.big: 8/20 chunks" in run.log(), "the copy's first wave")
+            run.wait(lambda: "copy of public.big: 8/20 tasks" in run.log(), "the copy's first wave")
             run.kill()  # 1: in the middle of the copy, its first wave of chunks committed
             assert states(target)["public.big"]["state"] == "copying"
             print("killed mid-copy:", states(target)["public.big"])

@@ -254,7 +254,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     the same generation committed when their shape still fits (see the module docstring)."""
     from walspark.source.connect import connect_sql
 
-    from .snapshot import _written_rows, source_plan
+    from .snapshot import SnapshotProgress, _written_rows, source_plan
     from .snapshot_source import begin_in_snapshot
 
     saved = CopyPlan.load(plan_path)
@@ -306,14 +306,16 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         df.write.format("delta").mode("append").option("userMetadata", METADATA_PREFIX + json.dumps(meta)).save(path)
         rows += _written_rows(spark, path)
         done.update(c.index for c in wave)
-        say(f"copy of {plan.qualified}: {len(done)}/{total} chunks, {rows:,} rows, "
-            f"{time.monotonic() - started:.1f} s")
+        say("copy of " + SnapshotProgress(plan.schema, plan.table, len(done), total, rows, plan.estimated_rows,
+                                          time.monotonic() - started).line())  # as the initial snapshot's
         if len(done) < total:
             if fail_after and first // max(parallelism, 1) + 1 >= fail_after:
                 raise RuntimeError(f"test hook: the copy of {plan.qualified} fails after {fail_after} wave(s)")
             if pause:
                 stop.wait(pause)
     waves = committed_waves(spark, path, saved)
+    say("copy of " + SnapshotProgress(plan.schema, plan.table, total, total, sum(w.rows for w in waves),
+                                      plan.estimated_rows, time.monotonic() - started, done=True).line())
     lsns = sorted({w.lsn for w in waves}) or [consistent_point]
     cuts = tuple((lsn, max(w.version for w in waves if w.lsn == lsn)) for lsn in lsns) if len(lsns) > 1 else ()
     return CopyOutcome(sum(w.rows for w in waves), lsns[-1], cuts, tuple(saved.keys),
