@@ -61,6 +61,10 @@ BATCH_COLUMN = "__walspark_batch"
 HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
 COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
 
+#: Numbers of the copies' temporary slots, unique in this process (slot names are cluster-wide, and a
+#: notebook or a test may run several pipelines one after the other in one process).
+_SLOT_NUMBERS = itertools.count(1)
+
 #: Default seconds between two checks of the publication and of re-copy requests.
 DEFAULT_CHECK_SECONDS = 5.0
 
@@ -140,7 +144,7 @@ class TableSync:
         self._copies_lock = threading.RLock()
         self._stop = threading.Event()
         self._checker: threading.Thread | None = None
-        self._slot_numbers = itertools.count(1)
+        self._spark = spark
 
     # ------------------------------------------------------------------------------------------
     # life cycle
@@ -155,9 +159,18 @@ class TableSync:
         self._checker.start()
 
     def stop(self) -> None:
+        """Stop checking and end running copies (their Spark jobs cancelled; what they committed
+        stays, and the next run resumes them). Waits for them: in a process that goes on (a
+        notebook, a test), a copy left running would hold its slot and write beside the next run."""
         self._stop.set()
         if self._checker is not None:
             self._checker.join(timeout=60)
+        with self._copies_lock:
+            copies = [(table, thread) for table, thread in self._copies.items() if thread.is_alive()]
+        for table, _ in copies:
+            self._spark.sparkContext.cancelJobGroup(_job_group(table))
+        for _, thread in copies:
+            thread.join(timeout=120)
 
     def finish(self) -> None:
         """Wait for every copy and hand it off (``--once``: the run ends with every table ready)."""
@@ -362,6 +375,8 @@ class TableSync:
 
     def _copy(self, state: SyncState) -> None:
         try:
+            self._spark.sparkContext.setJobGroup(_job_group((state.schema, state.table)),
+                                                 f"walspark copy of {state.qualified}", interruptOnCancel=True)
             self._copy_table(state)
         except BaseException as exc:
             if self._stop.is_set():
@@ -383,7 +398,7 @@ class TableSync:
         )
         from .tablesync_copy import copy_in_chunks
 
-        slot = f"walspark_sync_{os.getpid()}_{next(self._slot_numbers)}"
+        slot = f"walspark_sync_{os.getpid()}_{next(_SLOT_NUMBERS)}"
         path = table_path(self.target, state.schema, state.table)
         with create_slot_with_snapshot(self.dsn, slot, temporary=True) as exported:
             consistent_point = exported.consistent_point
@@ -465,6 +480,10 @@ class TableSync:
         shutil.rmtree(self.store.copy_plan_path(*table, state.gen).parent, ignore_errors=True)
         self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
                  "made during the copy applied; streaming it from here")
+
+
+def _job_group(table: Table) -> str:
+    return f"walspark-copy-{table[0]}.{table[1]}"
 
 
 def _delta_exists(path: str) -> bool:
