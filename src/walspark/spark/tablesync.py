@@ -173,12 +173,16 @@ class TableSync:
             thread.join(timeout=120)
 
     def finish(self) -> None:
-        """Wait for every copy and hand it off (``--once``: the run ends with every table ready)."""
+        """Wait for every copy and hand it off (``--once``: the run ends with every table ready).
+
+        A failed copy fails the run only once the other copies have ended: what they commit is
+        kept, and the next run resumes every unfinished copy where it stopped.
+        """
         self.check()
         while True:
             with self.lock:
                 running = [t for t in self._copies.values() if t.is_alive()]
-                if self._failed:
+                if self._failed and not running:
                     table, exc = next(iter(self._failed.items()))
                     raise RuntimeError(f"the copy of {table[0]}.{table[1]} failed: {exc}") from exc
                 if not running and not any(s.syncing for s in self.store.all()):
