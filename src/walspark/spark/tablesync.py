@@ -15,8 +15,9 @@ the stream back per table (docs/design/table-sync.md has the full argument):
   the main slot is confirmed past it: WAL does not pile up during a long copy.
 - **Hand-off**: once the copy committed (state ``copied`` with C), the pending changes with
   commit LSN >= C (per key for a copy resumed in several snapshots) are applied through the
-  normal apply path in one idempotent step, the table is ``ready`` and its log dropped. Later batches skip what the hand-off already applied
-  (``handed_through``) and, while the stream may still lag behind C, changes before C.
+  normal apply path in one idempotent step, the table is ``ready`` and its log dropped. Later
+  batches skip what the hand-off already applied (``handed_through``) and, while the stream may
+  still lag behind C, changes before C.
 - **Discovery**: at start and every ``check_seconds`` the publication's tables and their
   membership rows are compared with the states: a published table without Delta table, one that
   had left the publication, or one dropped and re-added (new membership rows) is copied; a

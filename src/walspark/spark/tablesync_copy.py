@@ -260,16 +260,14 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     saved = CopyPlan.load(plan_path)
     shape = shape_of(plan)
     base = source_plan(dsn, snapshot_name, plan, catalog)
-    schema = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=[]).to_json()).load().schema
-    waves = committed_waves(spark, path, saved) if saved is not None and saved.gen == gen else []
+    ours = saved is not None and saved.gen == gen
+    waves = committed_waves(spark, path, saved) if ours else []
     restart = None
-    if saved is None or saved.gen != gen:
-        pass
-    elif saved.shape != shape:
+    if ours and saved.shape != shape:
         restart = "its columns, row filter or partitions changed since the copy began"
-    elif waves and not saved.keys:
+    elif ours and waves and not saved.keys:
         restart = "it has no primary key or replica identity index to resume by"
-    if saved is None or saved.gen != gen or restart:
+    if not ours or restart:
         if restart:
             say(f"copy of {plan.qualified} starts over: {restart}")
         with connect_sql(dsn) as conn:
@@ -280,7 +278,8 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         saved = CopyPlan(gen, shape, keys, chunks, uuid.uuid4().hex)
         saved.save(plan_path)
         waves = []
-    if saved.start_version is None:
+    if saved.start_version is None:  # the shape comes from the data source (one Python worker call)
+        schema = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=[]).to_json()).load().schema
         saved.start_version = _start(spark, plan, schema, path)
         saved.save(plan_path)
     done = {i for w in waves for i in w.chunks}
