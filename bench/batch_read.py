@@ -116,7 +116,7 @@ def main() -> None:
         if args.partition_rows:
             parallel["partitionRows"] = str(args.partition_rows)
         # warm-up: start the Python workers and import walspark in them
-        spark.sparkContext.parallelize(range(cores), cores).map(lambda _: __import__("walspark.spark.source")).count()
+        spark.sparkContext.parallelize(range(cores), cores).map(lambda _: __import__("walspark.spark.datasource.source")).count()
         best: dict[str, dict[str, float]] = {}
         for round_ in range(args.rounds):
             for label, options in (("partitioned", parallel), ("single partition", {**parallel, "numPartitions": "1"})):

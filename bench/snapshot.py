@@ -5,7 +5,7 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
 
 1. **single-stream COPY**: ``COPY big TO STDOUT (FORMAT binary)`` through psycopg, reading every
    byte into the client (no decoding) — the fastest one connection can pull the table;
-2. **walspark snapshot**: :func:`walspark.spark.snapshot.run_snapshot` on Spark ``local[*]``:
+2. **walspark snapshot**: :func:`walspark.spark.snapshot.initial.run_snapshot` on Spark ``local[*]``:
    slot creation with an exported snapshot, CTID-range tasks (binary COPY + decoding into Arrow),
    and the Delta table written — the whole thing, wall clock;
 3. **walspark read only**: the same tasks into Spark's ``noop`` sink (read + decode, no Delta),
@@ -29,8 +29,8 @@ def read_only(spark, dsn: str, partition_rows: int) -> float:  # noqa: ANN001
     """The same CTID-range tasks into Spark's ``noop`` sink: read + decode without Delta."""
     import psycopg
 
-    from walspark.spark.snapshot import plan_partitions, publication_tables
-    from walspark.spark.snapshot_source import SnapshotSourcePlan, register
+    from walspark.spark.snapshot.initial import plan_partitions, publication_tables
+    from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan, register
 
     register(spark)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -58,7 +58,7 @@ def main() -> None:
 
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.spark.session import spark_session
-    from walspark.spark.snapshot import DEFAULT_PARTITION_ROWS, run_snapshot
+    from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS, run_snapshot
 
     with EmbeddedPostgres(settings={"max_wal_size": "8GB", "shared_buffers": "512MB"}) as pg, \
             tempfile.TemporaryDirectory(prefix="walspark-bench-snapshot-") as tmp:

@@ -212,8 +212,8 @@ def _batch_read(path: Path) -> tuple[Any, list[dict[str, Any]], int]:
     The data source's own planner and task code, called directly (Spark would only ship the
     partitions to executors and collect the batches).
     """
-    from walspark.spark.options import SourceOptions
-    from walspark.spark.reader import CaptureReader, capture_layout
+    from walspark.spark.datasource.options import SourceOptions
+    from walspark.spark.datasource.reader import CaptureReader, capture_layout
 
     options = SourceOptions.parse({"path": str(path), "partitionRows": "300"})
     schema = capture_layout(options).spark_schema()

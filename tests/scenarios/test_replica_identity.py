@@ -124,7 +124,7 @@ def _assert_row_counts(conn: psycopg.Connection, spark, target: str, tables: tup
     is NULL for it (not an empty array), which ``support.published_tables`` does not expect — so
     the oracle is given a publication of the other tables (``Workload.oracle``).
     """
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.tables import table_path
 
     for name in tables:
         (source,) = conn.execute(f"SELECT count(*) FROM ONLY public.{name}").fetchone()
@@ -238,9 +238,9 @@ def test_identity_runs_replay_after_a_crash_between_runs(spark, pg18_dsn, tmp_pa
     from walspark.changes.assembly import TransactionAssembler
     from walspark.changes.rows import ChangeRowBuilder
     from walspark.source.sqlinterface import slot_changes
-    from walspark.spark.apply import apply_changes, change_dataframe
-    from walspark.spark.progress import ProgressTable
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.apply import apply_changes, change_dataframe
+    from walspark.spark.lake.progress import ProgressTable
+    from walspark.spark.lake.tables import table_path
 
     target = str(tmp_path / "lake")
     path = table_path(target, "public", "t")

@@ -36,7 +36,7 @@ def _conn(dsn: str) -> psycopg.Connection[Any]:
 
 def _rows(spark, target: str, schema: str, table: str, *columns: str) -> list[tuple]:  # noqa: ANN001
     """The Delta table's rows (the given columns), sorted: for the TAP tests' literal expectations."""
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.tables import table_path
 
     frame = spark.read.format("delta").load(table_path(target, schema, table))
     return sorted(tuple(r) for r in frame.select(*columns).collect())
@@ -495,7 +495,7 @@ def test_031_column_lists(spark, server, request, tmp_path):
         mix = Pipeline(spark, dsn, mixed, str(tmp_path / "mix"), slot="mix")
         for p in (one, mix):
             p.check(conn, f"initial copy of {p.publication}")
-        from walspark.spark.tables import table_path
+        from walspark.spark.lake.tables import table_path
 
         def columns(p: Pipeline, table: str) -> list[str]:
             return spark.read.format("delta").load(table_path(p.target, "public", table)).columns

@@ -82,7 +82,7 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
 
     from walspark.cli import commands  # noqa: F401  (registers the subcommands)
     from walspark.cli.main import cli
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.tables import table_path
 
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
@@ -112,8 +112,8 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
     """
     from delta.tables import DeltaTable
 
-    from walspark.spark.tables import table_path
-    from walspark.spark.tablesync_copy import FAIL_AFTER_VARIABLE, METADATA_PREFIX
+    from walspark.spark.lake.tables import table_path
+    from walspark.spark.snapshot.tablesync_copy import FAIL_AFTER_VARIABLE, METADATA_PREFIX
 
     target = str(tmp_path / "lake")
     chunks = ("--sync-chunk-rows", "500")  # 24 chunks, copied 8 at a time (spark.default.parallelism)
@@ -164,8 +164,8 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
     over, for the table matched on whole rows (REPLICA IDENTITY FULL: no key to resume by)."""
     import threading
 
-    from walspark.spark.tablesync import COPY_PAUSE_VARIABLE
-    from walspark.spark.tablesync_copy import FAIL_AFTER_VARIABLE
+    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE
+    from walspark.spark.snapshot.tablesync_copy import FAIL_AFTER_VARIABLE
 
     target = str(tmp_path / "lake")
     chunks = ("--sync-chunk-rows", "300")

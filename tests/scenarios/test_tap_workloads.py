@@ -57,7 +57,7 @@ def _walsender_dsn(dsn: str, workload: Workload) -> str:
 
 
 def _check_expectations(spark, target: str, expectations: Iterator[Expect], context: str) -> None:
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.tables import table_path
 
     for expect in expectations:
         schema, table = expect.table.split(".", 1)

@@ -92,7 +92,7 @@ def test_the_key_is_rendered_on_one_short_line():
     import datetime as dt
     import decimal
 
-    from walspark.spark.unchanged import MAX_VALUE, render_key
+    from walspark.spark.lake.unchanged import MAX_VALUE, render_key
 
     assert render_key(["id"], [2]) == "(id)=(2)"
     assert render_key(["a", "Mixed Case"], ["it's\nx", None]) == '(a, "Mixed Case")=("it\'s\\nx", NULL)'

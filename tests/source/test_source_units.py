@@ -316,7 +316,7 @@ def test_two_phase_auto_is_on_where_the_protocol_has_it():
 
 
 def test_the_spark_source_asks_for_two_phase_on_streams_not_on_peeks():
-    from walspark.spark.options import SourceOptions
+    from walspark.spark.datasource.options import SourceOptions
 
     base = {"dsn": "dbname=x", "slot": "s", "publication": "p"}
     assert SourceOptions.parse({**base, "stagingPath": "/tmp/x"}).stream_options().two_phase is None

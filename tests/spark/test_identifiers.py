@@ -76,7 +76,7 @@ def _assert_equal(spark, conn: psycopg.Connection, path: Path, table: str, drop:
 
 
 def test_awkward_identifiers_replicate_exactly(spark, pg18_dsn: str, tmp_path: Path) -> None:
-    from walspark.spark.tables import table_path
+    from walspark.spark.lake.tables import table_path
 
     target = str(tmp_path / "lake")
     # The documented mapping: names as they are, except what a folder cannot hold (%XX).

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from walspark.spark.evolution import (
+from walspark.spark.lake.evolution import (
     ColumnIds,
     _aliases,
     _plan,
     parse_attnums,
     sql_string,
 )
-from walspark.spark.schema import AMBIGUOUS_KEY, ATTNUM_KEY, SAME_AS_KEY
-from walspark.spark.shapes import (
+from walspark.spark.datasource.schema import AMBIGUOUS_KEY, ATTNUM_KEY, SAME_AS_KEY
+from walspark.spark.datasource.shapes import (
     identify_old_columns,
     merge_recorded,
     read_barrier,

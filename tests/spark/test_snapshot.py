@@ -27,14 +27,14 @@ import psycopg  # noqa: E402
 from walspark.protocol import Decoder, Delete, Insert, Update  # noqa: E402
 from walspark.source.slots import get_slot  # noqa: E402
 from walspark.source.sqlinterface import slot_changes  # noqa: E402
-from walspark.spark.snapshot import (  # noqa: E402
+from walspark.spark.snapshot.initial import (  # noqa: E402
     SnapshotProgress,
     plan_partitions,
     publication_tables,
     read_record,
     run_snapshot,
 )
-from walspark.spark.snapshot_source import SnapshotSourcePlan  # noqa: E402
+from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan  # noqa: E402
 from walspark.values import TypeRegistry, arrow_schema, column_codecs, register_catalog_rows  # noqa: E402
 from walspark.values import TYPE_CATALOG_QUERY  # noqa: E402
 
@@ -129,7 +129,7 @@ def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         name = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         source = SnapshotSourcePlan(pg18_dsn, name, plan.columns, plan.binary, ranges)
-        from walspark.spark.snapshot_source import register
+        from walspark.spark.snapshot.snapshot_source import register
 
         register(spark)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
@@ -301,7 +301,7 @@ def test_cli_prints_progress_and_consistent_point(spark, pg18_dsn: str, tmp_path
 
 def test_copy_splitters_agree(pg18_dsn: str) -> None:
     """The vectorised field splitter and the field-by-field one read a real binary COPY alike."""
-    from walspark.spark.snapshot_source import split_rows, split_rows_slow, strip_copy_header
+    from walspark.spark.snapshot.snapshot_source import split_rows, split_rows_slow, strip_copy_header
 
     with _conn(pg18_dsn) as conn, conn.cursor() as cur:
         query = ("COPY (SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE repeat('x', g % 4) END, ''::text, NULL::int"
@@ -318,7 +318,7 @@ def test_copy_splitters_agree(pg18_dsn: str) -> None:
 
 def test_fixed_width_path_matches_codecs(pg18_dsn: str) -> None:
     """The numpy path for fixed-width types gives the codecs' arrays, and declines on sentinels."""
-    from walspark.spark.snapshot_source import fixed_width_array, split_rows, strip_copy_header
+    from walspark.spark.snapshot.snapshot_source import fixed_width_array, split_rows, strip_copy_header
 
     exprs = {
         "bool": "g % 2 = 0", "int2": "(g - 50)::int2", "int4": "g * -99991", "int8": "g::int8 << 40",
@@ -382,7 +382,7 @@ def test_snapshot_on_postgresql_15(spark, pg15_dsn: str, tmp_path: Path) -> None
 
 def test_copy_query_reads_only_the_table_and_ands_the_filter_with_the_range(pg18_dsn: str) -> None:
     """``ONLY`` and the row filter in parentheses, so a filter's own OR cannot escape the CTID range."""
-    from walspark.spark.snapshot_source import copy_query
+    from walspark.spark.snapshot.snapshot_source import copy_query
 
     with _conn(pg18_dsn) as conn:
         text = copy_query(["a", 'we"ird'], "s", "t", 3, 9, binary=True, row_filter="(a = 1) OR (a = 2)").as_string(conn)
@@ -395,7 +395,7 @@ def test_copy_query_reads_only_the_table_and_ands_the_filter_with_the_range(pg18
 def test_publication_tables_combine_filters_like_table_sync(pg18_dsn: str) -> None:
     """Filters ORed over publications, none if one publication has none, ONLY for inheritance
     parents' children as their own tables, and a column-list conflict refused."""
-    from walspark.spark.snapshot import SnapshotError
+    from walspark.spark.snapshot.initial import SnapshotError
 
     with _conn(pg18_dsn) as conn:
         conn.execute("""

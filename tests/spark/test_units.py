@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from walspark.spark.offsets import TxnEntry, from_offset, plan_end, to_offset
-from walspark.spark.options import OptionsError, SourceOptions
-from walspark.spark.schema import parse_table_name
-from walspark.spark.segments import (
+from walspark.spark.datasource.offsets import TxnEntry, from_offset, plan_end, to_offset
+from walspark.spark.datasource.options import OptionsError, SourceOptions
+from walspark.spark.datasource.schema import parse_table_name
+from walspark.spark.datasource.segments import (
     SegmentBuilder,
     SegmentMeta,
     delete_through,
@@ -90,7 +90,7 @@ def test_table_folders_keep_names_and_never_collide() -> None:
     mapping is one-to-one (``unquote`` gives the name back) and stays out of ``_walspark``."""
     from urllib.parse import unquote
 
-    from walspark.spark.tables import path_segment, table_path
+    from walspark.spark.lake.tables import path_segment, table_path
 
     assert table_path("/lake/", 'Sché"ma', "Tä'ble.1") == "/lake/Sché\"ma/Tä'ble.1"
     assert table_path("/lake", "public", "a/b:c%d") == "/lake/public/a%2Fb%3Ac%25d"
@@ -105,7 +105,7 @@ def test_table_folders_keep_names_and_never_collide() -> None:
 
 def test_small_segments_are_read_together_large_ones_alone(tmp_path: Path) -> None:
     """A trickle of small segments is one task's work; a bulk segment still gets a task."""
-    from walspark.spark.stream_reader import group_segments
+    from walspark.spark.datasource.stream_reader import group_segments
 
     sizes = [100, 200, 300, 5000, 50, 60, 9000, 10]
     paths = []

@@ -33,7 +33,7 @@ nothing and returns the recorded consistent point (``redo=True`` forces a new sn
 Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
 their changes from the moment they were added, but not their earlier rows. ``walspark run``
 copies them inside a temporary slot's exported snapshot, in resumable key-range chunks, while the
-stream goes on (:mod:`walspark.spark.tablesync`, :mod:`walspark.spark.tablesync_copy`,
+stream goes on (:mod:`walspark.spark.snapshot.tablesync`, :mod:`walspark.spark.snapshot.tablesync_copy`,
 docs/design/table-sync.md).
 """
 
@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
 
-from .durable import write_json_durably
-from .snapshot_source import CtidRange, SnapshotSourcePlan
-from .snapshot_source import register as register_snapshot_source
-from .tables import TABLE_PROPERTIES, table_path
+from walspark.spark.durable import write_json_durably
+from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
+from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
+from walspark.spark.lake.tables import TABLE_PROPERTIES, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -526,7 +526,7 @@ def _written_rows(spark: SparkSession, path: str) -> int:
 def table_properties(plan: TablePlan) -> dict[str, str]:
     """The properties of a copied table: column mapping (any PostgreSQL name fits) and each
     column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
-    from .evolution import ATTNUMS_PROPERTY, ColumnIds
+    from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, ColumnIds
 
     props = dict(TABLE_PROPERTIES)
     if plan.attnums:
@@ -552,7 +552,7 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     """
     if plan.columnless_rows is not None:
-        from .apply import ROW_MARKER, quote
+        from walspark.spark.lake.apply import ROW_MARKER, quote
 
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
@@ -560,7 +560,7 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
-    from .evolution import sql_string
+    from walspark.spark.lake.evolution import sql_string
 
     props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan).items())
     group = f"walspark-snapshot-{view}"
@@ -603,7 +603,7 @@ def _plan_in_snapshot(dsn: str, snapshot_name: str,
                       publication: str | Sequence[str]) -> tuple[list[TablePlan], list[list[Any]]]:
     from walspark.source.connect import connect_sql
 
-    from .snapshot_source import begin_in_snapshot
+    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
 
     with connect_sql(dsn) as conn:
         begin_in_snapshot(conn, snapshot_name)

@@ -441,7 +441,7 @@ def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
     """
     from walspark.source.publications import missing_publications
 
-    from .shapes import merge_recorded, recorded_shapes
+    from walspark.spark.datasource.shapes import merge_recorded, recorded_shapes
 
     missing = missing_publications(conn, publications)
     if missing:

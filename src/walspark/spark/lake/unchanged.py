@@ -23,13 +23,13 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .evolution import RESNAPSHOT, SchemaEvolutionError
-from .tables import quote
+from walspark.spark.lake.evolution import RESNAPSHOT, SchemaEvolutionError
+from walspark.spark.lake.tables import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from .evolution import TargetTable
+    from walspark.spark.lake.evolution import TargetTable
 
 __all__ = ["UnchangedValueUnknown", "check_unchanged_known", "check_versions_known", "render_key"]
 

@@ -58,7 +58,7 @@ from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
 from walspark.changes.spill import Entry
 from walspark.protocol import format_lsn, parse_lsn
 
-from .durable import fsync_dir, write_json_durably, write_text_durably
+from walspark.spark.durable import fsync_dir, write_json_durably, write_text_durably
 
 __all__ = ["PreparedEntry", "PreparedStore", "PreparedStoreError"]
 

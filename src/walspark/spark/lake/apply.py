@@ -55,16 +55,16 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row, SparkSession
     from pyspark.sql.types import DataType, StructField, StructType
 
-    from .progress import ProgressRow
+    from walspark.spark.lake.progress import ProgressRow
 
-from .evolution import (  # noqa: F401
+from walspark.spark.lake.evolution import (  # noqa: F401
     SchemaEvolutionError,
     TargetTable,
     _widening,
     follow_catalog,
     follow_ddl,
 )
-from .tables import quote, table_path
+from walspark.spark.lake.tables import quote, table_path
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +236,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
 
 
 def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
-    from .identity import match_keys
+    from walspark.spark.lake.identity import match_keys
 
     truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
                              key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
@@ -620,7 +620,7 @@ def apply_changes(
     """
     if mode not in ("scd1", "scd2"):
         raise ValueError(f"mode must be 'scd1' or 'scd2', not {mode!r}")
-    from .progress import ProgressTable
+    from walspark.spark.lake.progress import ProgressTable
 
     batch_df = batch_df.persist()
     try:
@@ -652,8 +652,8 @@ def _apply_table(
     Delta writes go through ``spark`` (whose session settings carry the transaction id), which
     may be another session than ``batch_df``'s: tables applied in parallel each get one.
     """
-    from .identity import identity_runs, run_step
-    from .progress import ProgressRow, ProgressTable
+    from walspark.spark.lake.identity import identity_runs, run_step
+    from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
     path = table_path(target, schema, name)
@@ -688,7 +688,7 @@ def _apply_table(
             if mode == "scd1":
                 _apply_scd1(tgt, part, part_facts, fields, dropped, idempotence)
             else:
-                from .apply_scd2 import apply_scd2
+                from walspark.spark.lake.apply_scd2 import apply_scd2
 
                 apply_scd2(tgt, part, part_facts, fields)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
@@ -731,7 +731,7 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
         if facts.moved_unchanged:
             source = resolve_from_moved_keys(tgt, source, names, facts.keys)
         if facts.unchanged:
-            from .unchanged import check_unchanged_known
+            from walspark.spark.lake.unchanged import check_unchanged_known
 
             check_unchanged_known(tgt, source, facts.keys, names)  # never NULL for a value nobody knows
     else:
@@ -750,7 +750,7 @@ _PROGRESS_WRITER: list[ThreadPoolExecutor] = []
 
 
 class TableSyncHook(Protocol):
-    """What the sink asks of the per-table sync (:class:`walspark.spark.tablesync.TableSync`)."""
+    """What the sink asks of the per-table sync (:class:`walspark.spark.snapshot.tablesync.TableSync`)."""
 
     def batch(self, batch_id: int) -> AbstractContextManager[None]: ...
 
@@ -889,7 +889,7 @@ class ApplyChanges:
         from pyspark.sql import SparkSession
         from pyspark.sql import functions as F
 
-        from .progress import ProgressTable
+        from walspark.spark.lake.progress import ProgressTable
 
         spark = batch_df.sparkSession
         facts = tables_facts(batch_df, lambda schema, table: self.options_for(schema, table).keys)

@@ -40,13 +40,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .tables import table_path
-from .tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
+from walspark.spark.lake.tables import table_path
+from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from .apply import ApplyChanges, BatchFacts
+    from walspark.spark.lake.apply import ApplyChanges, BatchFacts
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class TableSync:
                  parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
-        from .snapshot_source import register as register_snapshot_source
+        from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
 
         self.dsn, self.publication, self.target = dsn, publication, target
         self.check_seconds = check_seconds
@@ -314,7 +314,7 @@ class TableSync:
             return None  # a replay of a batch whose changes of this table the hand-off applied
         if state.since is not None and (self._position is None or self._position < state.since):
             # The stream may still be behind the copy's consistent point: those changes are in it.
-            from .apply import batch_facts
+            from walspark.spark.lake.apply import batch_facts
 
             copied = self._copied(state, rows, session)
             if copied is None:
@@ -330,7 +330,7 @@ class TableSync:
     def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int, session: SparkSession) -> None:
         from pyspark.sql import functions as F
 
-        from .apply import txn_app_id
+        from walspark.spark.lake.apply import txn_app_id
 
         app = self.sink._app_id if self.sink else "walspark"
         options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
@@ -340,7 +340,7 @@ class TableSync:
         if not _delta_exists(path):  # column mapping, like the target tables: any PostgreSQL name fits
             from delta.tables import DeltaTable
 
-            from .tables import TABLE_PROPERTIES
+            from walspark.spark.lake.tables import TABLE_PROPERTIES
 
             builder = DeltaTable.createIfNotExists(session).location(path).addColumns(rows.schema)
             for key, value in TABLE_PROPERTIES.items():
@@ -394,14 +394,14 @@ class TableSync:
         from walspark.protocol.lsn import format_lsn
         from walspark.source.slots import create_slot_with_snapshot
 
-        from .snapshot import (
+        from walspark.spark.snapshot.initial import (
             DEFAULT_PARTITION_ROWS,
             SMALL_TABLE_ROWS,
             _plan_in_snapshot,
             plan_partitions,
             write_table,
         )
-        from .tablesync_copy import copy_in_chunks
+        from walspark.spark.snapshot.tablesync_copy import copy_in_chunks
 
         slot = f"walspark_sync_{os.getpid()}_{next(_SLOT_NUMBERS)}"
         path = table_path(self.target, state.schema, state.table)
@@ -439,7 +439,7 @@ class TableSync:
     def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
         """``rows`` without the changes the copy holds; None: the copy must be made again (a
         TRUNCATE between the snapshots of a resumed copy)."""
-        from .tablesync_copy import truncated_within, without_copied
+        from walspark.spark.snapshot.tablesync_copy import truncated_within, without_copied
 
         assert state.since is not None
         path = table_path(self.target, state.schema, state.table)
@@ -452,7 +452,7 @@ class TableSync:
         after a crash finds the MERGE's transaction id and skips it)."""
         from pyspark.sql import functions as F
 
-        from .apply import _apply_table, batch_facts
+        from walspark.spark.lake.apply import _apply_table, batch_facts
 
         assert self.sink is not None
         table = (state.schema, state.table)
@@ -492,6 +492,6 @@ def _job_group(table: Table) -> str:
 
 
 def _delta_exists(path: str) -> bool:
-    from .snapshot import _local
+    from walspark.spark.snapshot.initial import _local
 
     return (_local(path) / "_delta_log").is_dir()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from delta.tables import DeltaTable
 
-from .apply import (
+from walspark.spark.lake.apply import (
     END_AT,
     VALIDITY_DDL,
     ORDER_COLUMNS,
@@ -58,7 +58,7 @@ def _segment(truncates: Sequence) -> Column:
     """How many of the batch's truncates precede each change (its segment, 0 before any)."""
     from pyspark.sql import functions as F
 
-    from .apply import lsn_literal_order
+    from walspark.spark.lake.apply import lsn_literal_order
 
     if not truncates:
         return F.lit(0)
@@ -147,7 +147,7 @@ def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: Targ
     match = functools.reduce(operator.and_, [last[k].eqNullSafe(current[f"{_P}t{i}"]) for i, k in enumerate(keys)])
     joined = last.join(current, match, "left")
     if facts.unchanged:
-        from .unchanged import check_versions_known
+        from walspark.spark.lake.unchanged import check_versions_known
 
         check_versions_known(tgt, joined, facts.keys, names, target_cols)  # never NULL for a value nobody knows
 
@@ -237,7 +237,7 @@ def append_versions(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, names:
 
     from pyspark.sql import functions as F
 
-    from .apply import lsn_literal_order
+    from walspark.spark.lake.apply import lsn_literal_order
 
     dropped = rows.where(F.col("_op").isin("U", "D")).limit(1).count()
     if dropped:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pyspark.sql import types as T
 
-from .durable import write_json_durably
+from walspark.spark.durable import write_json_durably
 
 __all__ = ["Barrier", "identify_old_columns", "merge_recorded", "read_barrier", "record_barrier", "recorded_shapes"]
 
@@ -88,7 +88,7 @@ def recorded_shapes(directory: str | Path, *, after_lsn: int = 0) -> dict[str, l
 
 
 def _fits(actual: T.DataType, declared: T.DataType) -> bool:
-    from .schema import _fits as fits
+    from walspark.spark.datasource.schema import _fits as fits
 
     return fits(actual, declared)
 
@@ -107,7 +107,7 @@ def merge_recorded(name: str, declared: T.StructType | None, recorded: Sequence[
     shows it (:func:`identify_old_columns`). Shapes recorded together (one transaction) that
     conflict with each other raise :class:`~.schema.SchemaChangedError`.
     """
-    from .schema import AMBIGUOUS_KEY, SAME_AS_KEY, merge_structs
+    from walspark.spark.datasource.schema import AMBIGUOUS_KEY, SAME_AS_KEY, merge_structs
 
     fields: dict[str, T.StructField] = {f.name: f for f in (declared.fields if declared is not None else ())}
     stream = merge_structs(name, list(recorded)) if recorded else T.StructType([])
@@ -155,7 +155,7 @@ def identify_old_columns(catalog: T.StructType, shape: T.StructType,
     """
     from itertools import combinations
 
-    from .schema import ATTNUM_KEY
+    from walspark.spark.datasource.schema import ATTNUM_KEY
 
     current = {f.name: int(f.metadata[ATTNUM_KEY]) for f in catalog.fields if ATTNUM_KEY in (f.metadata or {})}
     published = {n: name for name, n in current.items()}

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .durable import write_json_durably
-from .tables import path_segment
+from walspark.spark.durable import write_json_durably
+from walspark.spark.lake.tables import path_segment
 
 __all__ = ["COPIED", "COPYING", "LEFT", "READY", "SyncState", "SyncStore", "request_resnapshot"]
 
@@ -56,7 +56,7 @@ class SyncState:
     #: A copy resumed after a crash holds chunks read in several snapshots: ``(C, Delta version)``
     #: of each, and the key columns its chunks are ranges of. Until the stream has passed the last
     #: C, a change counts as copied when its commit LSN is below the C of the snapshot its key was
-    #: read in (:func:`walspark.spark.tablesync_copy.without_copied`). Empty: one snapshot, ``since``.
+    #: read in (:func:`walspark.spark.snapshot.tablesync_copy.without_copied`). Empty: one snapshot, ``since``.
     cuts: tuple[tuple[int, int], ...] = ()
     cut_keys: tuple[str, ...] = ()
     #: Wall-clock times (seconds since the epoch) of the copy's start and its commit, for humans
@@ -99,7 +99,7 @@ class SyncStore:
 
     @classmethod
     def for_target(cls, target: str) -> SyncStore:
-        from .snapshot import _local
+        from walspark.spark.snapshot.initial import _local
 
         return cls(_local(target) / "_walspark" / "tablesync")
 

@@ -39,9 +39,9 @@ from walspark.changes.rows import TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
 from walspark.values import TypeRegistry, spark_schema
 
-from .decode import DecodeConfig, TaskDecoder
-from .options import SourceOptions
-from .schema import OutputLayout, merge_structs
+from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder
+from walspark.spark.datasource.options import SourceOptions
+from walspark.spark.datasource.schema import OutputLayout, merge_structs
 
 __all__ = [
     "CapturePartition", "CapturePlan", "CaptureReader", "PeekPartition", "PeekReader", "capture_layout", "decode_rows",
@@ -279,7 +279,7 @@ class PeekReader(DataSourceReader):
 
         from walspark.protocol import parse_lsn
 
-        from .schema import catalog_layout
+        from walspark.spark.datasource.schema import catalog_layout
 
         options = self.options
         assert options.dsn and options.slot

@@ -47,8 +47,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from .durable import fsync_dir
-from .offsets import TxnEntry
+from walspark.spark.durable import fsync_dir
+from walspark.spark.datasource.offsets import TxnEntry
 
 __all__ = [
     "SCHEMA",

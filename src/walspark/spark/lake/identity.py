@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from .apply import BatchFacts
+    from walspark.spark.lake.apply import BatchFacts
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def run_starts(rows: DataFrame) -> list[tuple[int, int]]:
 
 def identity_runs(rows: DataFrame, facts: BatchFacts) -> list[tuple[DataFrame, BatchFacts]]:
     """The batch split into identity runs, each with its own facts (keys, truncates, counts)."""
-    from .apply import batch_facts
+    from walspark.spark.lake.apply import batch_facts
 
     if facts.identities <= 1:
         return [(rows, facts)]

@@ -16,10 +16,10 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from .options import SourceOptions
-from .reader import CaptureReader, PeekReader, capture_layout
-from .schema import catalog_layout
-from .stream_reader import PgoutputStreamReader
+from walspark.spark.datasource.options import SourceOptions
+from walspark.spark.datasource.reader import CaptureReader, PeekReader, capture_layout
+from walspark.spark.datasource.schema import catalog_layout
+from walspark.spark.datasource.stream_reader import PgoutputStreamReader
 
 __all__ = ["PgoutputDataSource", "register"]
 

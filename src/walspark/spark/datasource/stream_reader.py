@@ -41,11 +41,11 @@ from pyspark.sql.types import StructType
 
 from walspark.protocol import parse_lsn
 
-from .decode import DecodeConfig, TaskDecoder, decode_segment
-from .offsets import from_offset, plan_end, to_offset
-from .options import SourceOptions
-from .schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
-from .staging import Stager
+from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segment
+from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
+from walspark.spark.datasource.options import SourceOptions
+from walspark.spark.datasource.schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
+from walspark.spark.datasource.staging import Stager
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from walspark.changes.assembly import CommittedTransaction, PreparedOutcome, PreparedTransaction
 from walspark.protocol import format_lsn
 
-from .decode import relation_ids
-from .prepared import PreparedStore, PreparedStoreError
+from walspark.spark.datasource.decode import relation_ids
+from walspark.spark.datasource.prepared import PreparedStore, PreparedStoreError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -59,7 +59,7 @@ def release_committed_prepared(staging: str | Path, checkpoint: str | Path) -> i
     """
     from pathlib import Path as _Path
 
-    from .offsets import last_committed_end
+    from walspark.spark.datasource.offsets import last_committed_end
 
     directory = _Path(staging) / "prepared"
     end = last_committed_end(checkpoint)

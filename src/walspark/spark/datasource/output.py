@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 from walspark.changes.relations import RelationVersion
 from walspark.values import ColumnOptions, TypeRegistry
 
-from .schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, SAME_AS_KEY, OutputLayout
+from walspark.spark.datasource.schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, SAME_AS_KEY, OutputLayout
 
 __all__ = ["OutputShaper"]
 
@@ -100,7 +100,7 @@ class OutputShaper:
         if not self.layout.wants(name) or batch.num_rows == 0:
             return None
         if name not in self.layout.tables:
-            from .schema import SchemaChangedError
+            from walspark.spark.datasource.schema import SchemaChangedError
 
             raise SchemaChangedError(f"changes of table {name}, which is not in the query's schema; restart the "
                                      "query to read it")

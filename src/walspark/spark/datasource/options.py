@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from walspark.source.options import StreamOptions
 from walspark.source.publications import publication_list
 
-from .schema import parse_table_name
+from walspark.spark.datasource.schema import parse_table_name
 
 __all__ = ["OptionsError", "SourceOptions"]
 

@@ -25,7 +25,7 @@ and the codecs then convert whole columns at a time into Arrow. Tables with a co
 walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
 (string) matches what the text-mode stream produces.
 
-The plan travels as one JSON option (``plan``), built by :mod:`walspark.spark.snapshot`; users
+The plan travels as one JSON option (``plan``), built by :mod:`walspark.spark.snapshot.initial`; users
 do not call this source directly.
 """
 
@@ -68,7 +68,7 @@ class CtidRange:
     tables, empty tables). The last range of a table is always open-ended, so rows that moved
     to pages past the planned size are never missed.
 
-    Key ranges (:mod:`walspark.spark.tablesync_copy`): ``lo``/``hi`` are the bounds' values as
+    Key ranges (:mod:`walspark.spark.snapshot.tablesync_copy`): ``lo``/``hi`` are the bounds' values as
     PostgreSQL's text output, cast back with ``key_types`` (None: unbounded). A row never leaves
     its key range when it is updated (unlike its page), which is what lets chunks copied in
     different snapshots be reconciled with the stream key by key.
@@ -482,7 +482,7 @@ class PgSnapshotDataSource(DataSource):
     def _plan(self) -> SnapshotSourcePlan:
         text = self.options.get("plan")
         if not text:
-            raise ValueError("the pgsnapshot source needs the 'plan' option (built by walspark.spark.snapshot)")
+            raise ValueError("the pgsnapshot source needs the 'plan' option (built by walspark.spark.snapshot.initial)")
         return SnapshotSourcePlan.from_json(text)
 
     def schema(self) -> StructType:

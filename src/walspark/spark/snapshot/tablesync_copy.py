@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 from walspark.protocol.lsn import format_lsn
 
-from .durable import write_json_durably
-from .snapshot_source import CtidRange, _range
-from .tables import quote
+from walspark.spark.durable import write_json_durably
+from walspark.spark.snapshot.snapshot_source import CtidRange, _range
+from walspark.spark.lake.tables import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from .snapshot import TablePlan
+    from walspark.spark.snapshot.initial import TablePlan
 
 __all__ = ["CopyOutcome", "copy_in_chunks", "truncated_within", "without_copied"]
 
@@ -186,7 +186,7 @@ def plan_chunks(conn: Any, plan: TablePlan, *, parallelism: int, partition_rows:
                 small_rows: int) -> tuple[list[str], list[CtidRange]]:  # fmt: skip
     """Key-range chunks of every relation of ``plan`` (page ranges when it has no usable key);
     ``conn`` is inside the copy's snapshot."""
-    from .snapshot import plan_partitions
+    from walspark.spark.snapshot.initial import plan_partitions
 
     key = key_columns(conn, plan)
     if not key:
@@ -232,8 +232,8 @@ def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
     """
     from delta.tables import DeltaTable
 
-    from .evolution import sql_string
-    from .snapshot import _sql_path, table_properties
+    from walspark.spark.lake.evolution import sql_string
+    from walspark.spark.snapshot.initial import _sql_path, table_properties
 
     view = f"walspark_copy_{uuid.uuid4().hex}"
     spark.createDataFrame([], schema).createOrReplaceTempView(view)
@@ -254,8 +254,8 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     the same generation committed when their shape still fits (see the module docstring)."""
     from walspark.source.connect import connect_sql
 
-    from .snapshot import SnapshotProgress, _written_rows, source_plan
-    from .snapshot_source import begin_in_snapshot
+    from walspark.spark.snapshot.initial import SnapshotProgress, _written_rows, source_plan
+    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
 
     saved = CopyPlan.load(plan_path)
     shape = shape_of(plan)

@@ -59,14 +59,14 @@ from walspark.source.options import StreamOptions
 from walspark.source.stream import Reconnected, ReplicationStream
 from walspark.values import TypeRegistry
 
-from .decode import relation_ids
-from .durable import write_text_durably
-from .offsets import TxnEntry
-from .prepared import PreparedStore
-from .schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
-from .shapes import record_barrier
-from .segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
-from .two_phase import TwoPhaseStaging
+from walspark.spark.datasource.decode import relation_ids
+from walspark.spark.durable import write_text_durably
+from walspark.spark.datasource.offsets import TxnEntry
+from walspark.spark.datasource.prepared import PreparedStore
+from walspark.spark.datasource.schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
+from walspark.spark.datasource.shapes import record_barrier
+from walspark.spark.datasource.segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
+from walspark.spark.datasource.two_phase import TwoPhaseStaging
 
 __all__ = ["StagingError", "Stager"]
 

@@ -24,9 +24,9 @@ from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
 from walspark.values import TypeRegistry
 
-from .output import OutputShaper
-from .schema import TypeRegistration, apply_registrations
-from .segments import PRELUDE, read_segment
+from walspark.spark.datasource.output import OutputShaper
+from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
+from walspark.spark.datasource.segments import PRELUDE, read_segment
 
 __all__ = ["DecodeConfig", "TaskDecoder", "decode_segment", "relation_ids"]
 
