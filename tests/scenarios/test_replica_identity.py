@@ -238,7 +238,8 @@ def test_identity_runs_replay_after_a_crash_between_runs(spark, pg18_dsn, tmp_pa
     from walspark.changes.assembly import TransactionAssembler
     from walspark.changes.rows import ChangeRowBuilder
     from walspark.source.sqlinterface import slot_changes
-    from walspark.spark.lake.apply import apply_changes, change_dataframe
+    from walspark.spark.lake.apply import apply_changes
+    from walspark.spark.lake.frames import change_dataframe
     from walspark.spark.lake.progress import ProgressTable
     from walspark.spark.lake.tables import table_path
 

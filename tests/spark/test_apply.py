@@ -20,8 +20,12 @@ from psycopg.rows import dict_row
 from walspark.changes.assembly import TransactionAssembler
 from walspark.changes.rows import ChangeRowBuilder
 from walspark.source.sqlinterface import slot_changes
+from walspark.spark.lake.apply import apply_changes
+from walspark.spark.lake.columns import END_AT, START_AT
+from walspark.spark.lake.evolution import SchemaEvolutionError
+from walspark.spark.lake.frames import change_dataframe
 from walspark.spark.lake.progress import ProgressTable
-from walspark.spark.lake.apply import END_AT, START_AT, ApplyChanges, SchemaEvolutionError, apply_changes, change_dataframe
+from walspark.spark.lake.sink import ApplyChanges
 
 pytestmark = pytest.mark.spark
 
@@ -398,7 +402,7 @@ def test_insert_only_batches_append_into_evolved_tables(source_factory, spark, t
 def test_widening_rules(spark, source, target, expected):  # the parser needs a session
     from pyspark.sql.types import _parse_datatype_string
 
-    from walspark.spark.lake.apply import _widening
+    from walspark.spark.lake.evolution import _widening
 
     got = _widening(_parse_datatype_string(source), _parse_datatype_string(target))
     assert (got if got in (None, False) else got.simpleString()) == expected

@@ -31,21 +31,20 @@ from typing import TYPE_CHECKING
 
 from delta.tables import DeltaTable
 
-from walspark.spark.lake.apply import (
+from walspark.spark.lake.columns import (
     END_AT,
-    VALIDITY_DDL,
     ORDER_COLUMNS,
     START_AT,
-    BatchFacts,
-    TargetTable,
-    carried_value,
+    VALIDITY_DDL,
     key_column,
-    keyed_changes,
-    quote,
     ref,
     validity_struct,
     value_column,
 )
+from walspark.spark.lake.evolution import TargetTable
+from walspark.spark.lake.facts import BatchFacts
+from walspark.spark.lake.fold import carried_value, keyed_changes
+from walspark.spark.lake.tables import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -58,7 +57,7 @@ def _segment(truncates: Sequence) -> Column:
     """How many of the batch's truncates precede each change (its segment, 0 before any)."""
     from pyspark.sql import functions as F
 
-    from walspark.spark.lake.apply import lsn_literal_order
+    from walspark.spark.lake.columns import lsn_literal_order
 
     if not truncates:
         return F.lit(0)
@@ -237,7 +236,7 @@ def append_versions(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, names:
 
     from pyspark.sql import functions as F
 
-    from walspark.spark.lake.apply import lsn_literal_order
+    from walspark.spark.lake.columns import lsn_literal_order
 
     dropped = rows.where(F.col("_op").isin("U", "D")).limit(1).count()
     if dropped:

@@ -40,7 +40,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField
 
-from walspark.spark.datasource.schema import AMBIGUOUS_KEY, ATTNUM_KEY, DEFAULT_KEY, MISSING_KEY, SAME_AS_KEY
+from walspark.spark.datasource.schema import (
+    AMBIGUOUS_KEY,
+    ATTNUM_KEY,
+    DEFAULT_KEY,
+    MISSING_KEY,
+    SAME_AS_KEY,
+)
 from walspark.spark.lake.tables import TABLE_PROPERTIES, quote
 
 __all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_catalog",

@@ -42,30 +42,17 @@ committed and applies the rest.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from walspark.spark.lake.apply import BatchFacts
+    from walspark.spark.lake.facts import BatchFacts
 
 log = logging.getLogger(__name__)
 
 
-def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -> tuple[str, ...]:
-    """The columns a run of changes is matched on: the user's keys where the changes carry them,
-    else the replica identity (see the module docstring)."""
-    if user is None:
-        return tuple(replica)
-    if not replica or set(user) <= set(replica):
-        return tuple(user)
-    log.warning(
-        "%s: keys %s are not all in the replica identity %s the changes carry: matched on the replica "
-        "identity instead (deletes carry only its columns)", table, list(user), list(replica),
-    )  # fmt: skip
-    return tuple(replica)
 
 
 def run_step(index: int) -> str:
@@ -103,7 +90,7 @@ def run_starts(rows: DataFrame) -> list[tuple[int, int]]:
 
 def identity_runs(rows: DataFrame, facts: BatchFacts) -> list[tuple[DataFrame, BatchFacts]]:
     """The batch split into identity runs, each with its own facts (keys, truncates, counts)."""
-    from walspark.spark.lake.apply import batch_facts
+    from walspark.spark.lake.facts import batch_facts
 
     if facts.identities <= 1:
         return [(rows, facts)]

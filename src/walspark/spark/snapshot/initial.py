@@ -552,7 +552,8 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     """
     if plan.columnless_rows is not None:
-        from walspark.spark.lake.apply import ROW_MARKER, quote
+        from walspark.spark.lake.columns import ROW_MARKER
+        from walspark.spark.lake.tables import quote
 
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:

@@ -46,7 +46,8 @@ from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from walspark.spark.lake.apply import ApplyChanges, BatchFacts
+    from walspark.spark.lake.facts import BatchFacts
+    from walspark.spark.lake.sink import ApplyChanges
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class TableSync:
             return None  # a replay of a batch whose changes of this table the hand-off applied
         if state.since is not None and (self._position is None or self._position < state.since):
             # The stream may still be behind the copy's consistent point: those changes are in it.
-            from walspark.spark.lake.apply import batch_facts
+            from walspark.spark.lake.facts import batch_facts
 
             copied = self._copied(state, rows, session)
             if copied is None:
@@ -330,7 +331,7 @@ class TableSync:
     def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int, session: SparkSession) -> None:
         from pyspark.sql import functions as F
 
-        from walspark.spark.lake.apply import txn_app_id
+        from walspark.spark.lake.writes import txn_app_id
 
         app = self.sink._app_id if self.sink else "walspark"
         options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
@@ -452,7 +453,8 @@ class TableSync:
         after a crash finds the MERGE's transaction id and skips it)."""
         from pyspark.sql import functions as F
 
-        from walspark.spark.lake.apply import _apply_table, batch_facts
+        from walspark.spark.lake.apply import _apply_table
+        from walspark.spark.lake.facts import batch_facts
 
         assert self.sink is not None
         table = (state.schema, state.table)

@@ -1,0 +1,174 @@
+"""What one aggregation tells about a table's batch before any write: :class:`BatchFacts`.
+
+The apply decides its plan from these facts (which keys, truncates, inserts only, identity runs,
+unchanged TOAST) without looking at the rows twice; :func:`match_keys` picks the columns a run of
+changes is matched on (see :mod:`.identity`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Row
+    from pyspark.sql.types import StructField
+
+
+from walspark.spark.lake.columns import CHANGE_COLUMNS, validity_struct
+from walspark.spark.lake.frames import OLD_SUFFIX
+from walspark.spark.lake.tables import quote
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["scd1", "scd2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan of one table's batch
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    """A TRUNCATE of the table within the batch: its position and commit."""
+
+    commit_lsn: int
+    seq: int
+    commit_time_us: int  # µs since the Unix epoch (no Python datetime round trip through time zones)
+
+    def validity(self) -> Column:
+        """The truncate as an SCD2 validity value (it closes the rows current at that point)."""
+        from pyspark.sql import functions as F
+
+        return validity_struct(F.lit(self.commit_lsn), F.timestamp_micros(F.lit(self.commit_time_us)))
+
+    def validity_sql(self) -> str:
+        return f"named_struct('lsn', CAST({self.commit_lsn} AS BIGINT), 'commit_time', timestamp_micros({self.commit_time_us}))"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFacts:
+    """What one cheap aggregation tells about a table's batch before any write."""
+
+    schema: str
+    table: str
+    rows: int
+    keys: tuple[str, ...]
+    max_commit_lsn: int
+    truncates: tuple[Truncate, ...]
+    #: Updates with an old key (or old row) *and* unchanged TOAST values: they may need a lookup.
+    moved_unchanged: int = 0
+    #: Updates with unchanged TOAST values: the target must hold those rows (see :mod:`.unchanged`).
+    unchanged: int = 0
+    #: Inserts among ``rows``: a batch of only inserts needs no MERGE (see :func:`append_inserts`).
+    inserts: int = 0
+    #: ``keys`` are the replica identity the rows carry (not a user's choice of key columns).
+    replica_keys: bool = True
+    #: How many replica identities (distinct ``_key``) the batch's changes were made under; more
+    #: than one: the batch is applied in identity runs (see :mod:`.identity`).
+    identities: int = 1
+    #: The user's key columns for the table (``ApplyChanges.keys``), None: its replica identity.
+    user_keys: tuple[str, ...] | None = None
+
+
+
+def row_fields(df: DataFrame) -> list[StructField]:
+    """The table's own columns of a per-table change DataFrame (everything but the envelope)."""
+    return [f for f in df.schema.fields if f.name not in CHANGE_COLUMNS]
+
+
+def _facts_aggregates(moved_old: Column) -> list[Column]:
+    """The aggregates of :class:`BatchFacts` (``moved_old``: the row has an old key or row)."""
+    from pyspark.sql import functions as F
+
+    ordering = F.struct("_commit_lsn", "_seq")
+    return [
+        F.count(F.lit(1)).alias("n"),
+        F.max_by("_key", ordering).alias("key"),
+        F.size(F.collect_set("_key")).alias("identities"),
+        F.max("_commit_lsn").alias("max_lsn"),
+        F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
+        F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
+        F.count(F.when((F.col("_op") == "U") & (F.size("_unchanged") > 0), 1)).alias("unchanged"),
+        F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
+            "truncs"
+        ),
+    ]
+
+
+def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
+    truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
+                             key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
+    replica = tuple(row["key"] or ())
+    chosen = match_keys(keys, replica, f"{table[0]}.{table[1]}")
+    return BatchFacts(
+        schema=table[0],
+        table=table[1],
+        rows=row["n"],
+        keys=chosen,
+        max_commit_lsn=row["max_lsn"],
+        truncates=truncates,
+        moved_unchanged=row["moved"],
+        inserts=row["inserts"],
+        unchanged=row["unchanged"],
+        replica_keys=set(chosen) == set(replica),
+        identities=row["identities"],
+        user_keys=tuple(keys) if keys is not None else None,
+    )
+
+
+def batch_facts(df: DataFrame, table: tuple[str, str] | None, keys: Sequence[str] | None) -> BatchFacts | None:
+    """One aggregation: the table, row count, replica identity, last commit LSN and truncates."""
+    from pyspark.sql import functions as F
+
+    row = df.agg(
+        *_facts_aggregates(F.col("_old").isNotNull()), F.collect_set(F.struct("_schema", "_table")).alias("tables")
+    ).first()
+    if row is None or row["n"] == 0:
+        return None
+    names = {(t["_schema"], t["_table"]) for t in row["tables"]}
+    if table is None:
+        if len(names) != 1:
+            raise ValueError(f"a change batch for one table expected, got {sorted(names)}: pass table=(schema, name)")
+        (table,) = names
+    elif names - {tuple(table)}:
+        raise ValueError(f"change batch holds rows of {sorted(names - {tuple(table)})}, not only of {table}")
+    return _facts_from_row(row, table, keys)
+
+
+def tables_facts(df: DataFrame, keys: Callable[[str, str], Sequence[str] | None]) -> dict[tuple[str, str], BatchFacts]:
+    """:func:`batch_facts` of every table of a batch in one aggregation (grouped by table).
+
+    ``df`` is in the per-table or the all-tables layout; ``keys(schema, table)`` gives a
+    table's user keys (None: its replica identity).
+    """
+    from pyspark.sql import functions as F
+
+    if "_old" in df.columns:
+        moved_old = F.col("_old").isNotNull()
+    else:  # all-tables layout: a row's old key/row is in its own table's ":old" column, others are null
+        olds = [F.col(quote(c)).isNotNull() for c in df.columns if c.endswith(OLD_SUFFIX)]
+        moved_old = functools.reduce(operator.or_, olds) if olds else F.lit(False)
+    rows = df.groupBy("_schema", "_table").agg(*_facts_aggregates(moved_old)).collect()
+    facts = {}
+    for row in rows:
+        table = (row["_schema"], row["_table"])
+        facts[table] = _facts_from_row(row, table, keys(*table))
+    return facts
+
+def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -> tuple[str, ...]:
+    """The columns a run of changes is matched on: the user's keys where the changes carry them,
+    else the replica identity (see the module docstring)."""
+    if user is None:
+        return tuple(replica)
+    if not replica or set(user) <= set(replica):
+        return tuple(user)
+    log.warning(
+        "%s: keys %s are not all in the replica identity %s the changes carry: matched on the replica "
+        "identity instead (deletes carry only its columns)", table, list(user), list(replica),
+    )  # fmt: skip
+    return tuple(replica)

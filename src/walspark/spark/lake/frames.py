@@ -1,0 +1,86 @@
+"""Change DataFrames in the per-table layout, from the all-tables layout or from Arrow batches.
+
+The apply works on any DataFrame of that shape (pipeline.md §4); these adapters make one from the
+data source's all-tables output, or from :class:`~walspark.changes.rows.ChangeRowBuilder`
+batches (tests and notebooks).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+
+from walspark.spark.lake.columns import ENVELOPE_COLUMNS
+from walspark.spark.lake.tables import quote
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["scd1", "scd2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Adapters: the all-tables layout and ChangeRowBuilder batches → the per-table layout
+
+OLD_SUFFIX = ":old"
+
+
+def table_changes(df: DataFrame, schema: str, table: str) -> DataFrame:
+    """One table's rows of an all-tables change DataFrame, in the per-table layout.
+
+    The all-tables layout (pipeline.md §4) has, per published table, a struct column
+    ``"<schema>.<table>"`` (new row) and ``"<schema>.<table>:old"``; this selects the table's
+    rows and flattens its new-row struct. A per-table DataFrame is only filtered.
+    """
+    from pyspark.sql import functions as F
+
+    mine = (F.col("_schema") == schema) & (F.col("_table") == table)
+    if "_old" in df.columns:
+        return df.where(mine)
+    name = f"{schema}.{table}"
+    new = F.col(quote(name))
+    fields = df.schema[name].dataType.fields
+    return df.where(mine).select(
+        *ENVELOPE_COLUMNS,
+        *[new.getField(f.name).alias(f.name, metadata=f.metadata) for f in fields],
+        F.col(quote(name + OLD_SUFFIX)).alias("_old"),
+        "_unchanged",
+    )
+
+
+def change_rows_table_layout(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    """Flatten ``_new`` of change-row batches into the data source's per-table layout.
+
+    Envelope columns, then ``_new``'s fields as top-level columns, then ``_old`` and
+    ``_unchanged`` — what ``spark.createDataFrame`` needs to feed :func:`apply_changes` without
+    the data source.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    new = table.column("_new").combine_chunks()
+    valid = new.is_valid()
+    columns = [table.column(c) for c in ENVELOPE_COLUMNS]
+    fields = [table.schema.field(c) for c in ENVELOPE_COLUMNS]
+    for i, f in enumerate(new.type):
+        # A null _new (delete, truncate) has all-null fields, whatever the child arrays hold.
+        columns.append(pc.if_else(valid, new.field(i), pa.nulls(len(new), f.type)))
+        fields.append(pa.field(f.name, f.type))
+    for c in ("_old", "_unchanged"):
+        columns.append(table.column(c))
+        fields.append(table.schema.field(c))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def change_dataframe(spark: SparkSession, batches: Iterable[pa.RecordBatch | pa.Table]) -> DataFrame:
+    """A per-table change DataFrame from change-row batches of one table shape."""
+    import pyarrow as pa
+
+    tables = [change_rows_table_layout(b) for b in batches]
+    return spark.createDataFrame(pa.concat_tables(tables))

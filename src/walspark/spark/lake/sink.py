@@ -1,0 +1,246 @@
+"""The pipeline's ``foreachBatch`` sink: :class:`ApplyChanges`, a builder in the style of Delta's.
+
+It splits a micro-batch by table, applies the tables in parallel (one Spark job group each),
+records each table's batch in the progress table (in the background), and hands the tables that
+are being copied to the table sync instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+    from walspark.spark.lake.progress import ProgressRow
+
+from walspark.spark.lake.apply import ApplyResult, _apply_table
+from walspark.spark.lake.evolution import (
+    SchemaEvolutionError,
+    TargetTable,
+    follow_catalog,
+)
+from walspark.spark.lake.facts import BatchFacts, tables_facts
+from walspark.spark.lake.frames import table_changes
+from walspark.spark.lake.tables import table_path
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["scd1", "scd2"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Builder
+
+_PROGRESS_WRITER: list[ThreadPoolExecutor] = []
+
+
+class TableSyncHook(Protocol):
+    """What the sink asks of the per-table sync (:class:`walspark.spark.snapshot.tablesync.TableSync`)."""
+
+    def batch(self, batch_id: int) -> AbstractContextManager[None]: ...
+
+    def route(self, table: tuple[str, str], rows: DataFrame, facts: BatchFacts, batch_id: int,
+              session: SparkSession) -> tuple[DataFrame, BatchFacts] | None: ...  # fmt: skip
+
+    def syncing(self, schema: str, table: str) -> bool: ...
+
+
+def _progress_writer() -> ThreadPoolExecutor:
+    """The one thread writing progress commits in the background (joined at interpreter exit,
+    before PySpark's own exit hooks stop the session)."""
+    if not _PROGRESS_WRITER:
+        _PROGRESS_WRITER.append(ThreadPoolExecutor(1, thread_name_prefix="walspark-progress"))
+    return _PROGRESS_WRITER[0]
+
+
+
+@dataclass(frozen=True, slots=True)
+class _TableOptions:
+    mode: Mode = "scd1"
+    keys: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ApplyChanges:
+    """Builder of a ``foreachBatch`` sink, in the spirit of Delta's Python API.
+
+    >>> sink = ApplyChanges("/lake").app_id("orders-query").scd2("public.orders").keys("public.items", "id")
+    >>> stream.writeStream.foreachBatch(sink.foreach_batch).start()      # doctest: +SKIP
+
+    Each call returns a new builder; tables default to SCD1 with their replica identity key.
+    """
+
+    target: str
+    _app_id: str = "walspark"
+    _tables: dict[str, _TableOptions] = field(default_factory=dict)
+    #: The target tables' columns as last seen or changed by this sink (see TargetTable.evolve).
+    _known: dict[str, dict[str, DataType | None]] = field(default_factory=dict, compare=False, repr=False)
+    #: How many tables of a batch are applied at once.
+    _parallelism: int = 4
+    #: The last batch's progress commit, written in the background (see :meth:`flush`).
+    _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
+    #: Per-table sync of tables being copied while the stream runs (:mod:`.tablesync`), or None.
+    _sync: TableSyncHook | None = field(default=None, compare=False, repr=False)
+
+    def app_id(self, app_id: str) -> ApplyChanges:
+        """The id scoping batch ids (one per streaming query/checkpoint)."""
+        return replace(self, _app_id=app_id)
+
+    def _with(self, table: str, **changes: object) -> ApplyChanges:
+        options = replace(self._tables.get(table, _TableOptions()), **changes)  # type: ignore[arg-type]
+        return replace(self, _tables={**self._tables, table: options})
+
+    def scd1(self, *tables: str) -> ApplyChanges:
+        """Mirror these tables (``schema.table``): the default."""
+        return functools.reduce(lambda b, t: b._with(t, mode="scd1"), tables, self)
+
+    def scd2(self, *tables: str) -> ApplyChanges:
+        """Keep the history of these tables (``schema.table``) with ``__START_AT``/``__END_AT``."""
+        return functools.reduce(lambda b, t: b._with(t, mode="scd2"), tables, self)
+
+    def keys(self, table: str, *columns: str) -> ApplyChanges:
+        """Match rows of ``table`` on these columns instead of its replica identity."""
+        return self._with(table, keys=tuple(columns))
+
+    def table_sync(self, sync: TableSyncHook | None) -> ApplyChanges:
+        """Route the changes of tables being copied through ``sync`` (``walspark run`` does)."""
+        return replace(self, _sync=sync)
+
+    def options_for(self, schema: str, table: str) -> _TableOptions:
+        return self._tables.get(f"{schema}.{table}", _TableOptions())
+
+    def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+        """Apply a per-table change batch (a ``foreachBatch`` function)."""
+
+        batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
+        try:
+            if self._sync is not None:
+                with self._sync.batch(batch_id):
+                    return self._apply_tables(batch_df, batch_id)
+            return self._apply_tables(batch_df, batch_id)
+        finally:
+            batch_df.unpersist()
+
+    def flush(self) -> None:
+        """Wait until the last batch's progress rows are written; raise what made them fail.
+
+        A batch's progress commit (one Delta append, about a second) runs in the background
+        while the next batch is read and applied, instead of lengthening every batch. That is
+        safe because the progress table is a shortcut, not the source of truth: a batch
+        replayed after a crash that lost its progress rows is still skipped table by table by
+        Delta's transaction id, committed atomically with the data. Each batch waits for the
+        previous one's progress before writing its own, so they land in order, one at a time.
+        Call this before stopping the Spark session (``walspark run`` does).
+        """
+        while self._progress:
+            self._progress.pop(0).result()
+
+    def follow_catalog(self, spark: SparkSession, declared: Iterable[tuple[str, str, StructType]], *,
+                       drained: bool = False) -> None:  # fmt: skip
+        """Give the existing target tables the columns the catalog has now: before a query starts,
+        and once it has ``drained`` the slot (see :func:`.evolution.follow_catalog`).
+
+        ``declared``: (schema, table, declared struct) of each table the query reads. DDL is not
+        streamed, so a table altered and then left alone would otherwise keep its old columns
+        until its next change.
+        """
+        changed = False
+        for schema, name, struct in declared:
+            if self._sync is not None and self._sync.syncing(schema, name):
+                continue  # its copy writes the catalog's shape; the hand-off evolves it further
+            tgt = TargetTable(spark, table_path(self.target, schema, name), f"{schema}.{name}")
+            changed |= follow_catalog(tgt, struct.fields, drained=drained)
+        if changed:
+            self._known.clear()  # the remembered columns and attnums are stale now
+
+    def parallelism(self, tables: int) -> ApplyChanges:
+        """Apply up to this many tables of a batch at once (default 4; 1: one after the other)."""
+        if tables < 1:
+            raise ValueError("parallelism must be at least 1")
+        return replace(self, _parallelism=tables)
+
+    def _apply_tables(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+        """Apply each table of the batch, recording their progress in one commit at the end.
+
+        Tables are independent (their own Delta table, MERGE and transaction id), so several are
+        applied at once from a small thread pool: a micro-batch's cost is mostly fixed per-job
+        latency (planning, Delta log, scheduling) that overlaps well. Each thread writes through
+        its own clone of the session, because the transaction id of an idempotent write is a
+        session setting. An incompatible schema change of one table does not stop the others;
+        the batch then fails (after recording the tables that were applied), so the stream does
+        not move past the table that could not follow.
+        """
+
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+
+        from walspark.spark.lake.progress import ProgressTable
+
+        spark = batch_df.sparkSession
+        facts = tables_facts(batch_df, lambda schema, table: self.options_for(schema, table).keys)
+        tables = sorted(facts)
+        per_table = "_old" in batch_df.columns
+
+        def apply(table: tuple[str, str], session: SparkSession) -> tuple[ApplyResult, ProgressRow | None]:
+            schema, name = table
+            if not per_table:
+                part = table_changes(batch_df, schema, name)
+            elif len(tables) > 1:
+                part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == name))
+            else:
+                part = batch_df
+            options = self.options_for(schema, name)
+            table_facts = facts[table]
+            if self._sync is not None:  # a table being copied: its changes wait in its pending log
+                routed = self._sync.route(table, part, table_facts, batch_id, session)
+                if routed is None:
+                    path = table_path(self.target, schema, name)
+                    return ApplyResult(schema, name, path, table_facts.rows, skipped=True), None
+                part, table_facts = routed
+            return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
+                                app_id=self._app_id, known=self._known)  # fmt: skip
+
+        outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
+        workers = min(self._parallelism, len(tables))
+        if workers <= 1:
+            for table in tables:
+                try:
+                    outcomes.append(apply(table, spark))
+                except SchemaEvolutionError as exc:
+                    outcomes.append(exc)
+                except BaseException as exc:
+                    outcomes.append(exc)
+                    break  # as before: an unexpected failure stops the batch at once
+        else:
+            sessions = [SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession()) for _ in tables]
+            with ThreadPoolExecutor(workers, thread_name_prefix="walspark-apply") as pool:
+                futures = [pool.submit(apply, table, session) for table, session in zip(tables, sessions, strict=True)]
+                for future in futures:
+                    try:
+                        outcomes.append(future.result())
+                    except BaseException as exc:
+                        outcomes.append(exc)
+        results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
+        records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
+        self.flush()
+        if records:
+            self._progress.append(_progress_writer().submit(ProgressTable(spark, self.target).record_many, records))
+        errors = [o for o in outcomes if isinstance(o, BaseException)]
+        unexpected = [e for e in errors if not isinstance(e, SchemaEvolutionError)]
+        if unexpected:
+            raise unexpected[0]
+        if errors:
+            raise SchemaEvolutionError("; ".join(str(e) for e in errors))
+        return results
+
+    __call__ = foreach_batch
+
+
