@@ -279,7 +279,7 @@ class PeekReader(DataSourceReader):
 
         from walspark.protocol import parse_lsn
 
-        from walspark.spark.datasource.schema import catalog_layout
+        from walspark.spark.datasource.catalog import catalog_layout
 
         options = self.options
         assert options.dsn and options.slot

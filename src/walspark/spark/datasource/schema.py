@@ -42,7 +42,6 @@ __all__ = [
     "TableShape",
     "TypeRegistration",
     "apply_registrations",
-    "catalog_layout",
     "catalog_registrations",
     "check_relation",
     "declared_type_oids",
@@ -428,59 +427,6 @@ def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
                     f"{_plain(f.dataType)} within the stream; read the parts before and after apart"
                 )
     return T.StructType(list(merged.values()))
-
-
-def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *, binary: bool = False,
-                   staging_path: str | None = None,
-                   slot: str | None = None) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
-    """The output layout of a live slot's publications, and the user types its tasks must register.
-
-    With ``staging_path``, each table also holds the shapes a previous query of that staging
-    directory recorded when the stream did not fit its schema (:mod:`.shapes`), except those of
-    transactions the slot has confirmed already.
-    """
-    from walspark.source.publications import missing_publications
-
-    from walspark.spark.datasource.shapes import merge_recorded, recorded_shapes
-
-    missing = missing_publications(conn, publications)
-    if missing:
-        raise ValueError(f"publication(s) {', '.join(map(repr, missing))} do not exist in the slot's database")
-    shapes = published_tables(conn, publications)
-    recorded = recorded_shapes(staging_path, after_lsn=_confirmed_lsn(conn, slot)) if staging_path else {}
-    oids = {oid for s in shapes for _, oid, _ in s.columns}
-    oids |= {oid for found in recorded.values() for shape in found for _, oid, _ in shape}
-    registrations = catalog_registrations(conn, oids)
-    registry = apply_registrations(TypeRegistry(), registrations)
-    tables = {s.qualified_name: s.struct(registry, binary=binary) for s in shapes}
-    names = {s.qualified_name: (s.schema, s.table) for s in shapes}
-    for name, found in recorded.items():
-        history = _attnum_history(conn, *names[name]) if name in names else {}
-        tables[name] = merge_recorded(name, tables.get(name),
-                                      [spark_schema(list(shape), registry, binary=binary) for shape in found], history)
-    return OutputLayout.build(tables, table), registrations
-
-
-def _attnum_history(conn: Any, schema: str, table: str) -> dict[int, str | None]:
-    """Every attnum the table ever gave a column: its name now, or None if it was dropped
-    (PostgreSQL keeps dropped columns' attnums in ``pg_attribute``, never reusing them)."""
-    rows = conn.execute(
-        "SELECT a.attnum, CASE WHEN a.attisdropped THEN NULL ELSE a.attname::text END FROM pg_attribute a"
-        " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0", (schema, table)).fetchall()
-    return {int(n): name for n, name in rows}
-
-
-def _confirmed_lsn(conn: Any, slot: str | None) -> int:
-    if not slot:
-        return 0
-    row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                       (slot,)).fetchone()
-    if row is None or row[0] is None:
-        return 0
-    from walspark.protocol import parse_lsn
-
-    return parse_lsn(row[0])
 
 
 def declared_type_oids(schema: T.StructType) -> set[int]:

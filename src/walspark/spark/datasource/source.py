@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.reader import CaptureReader, PeekReader, capture_layout
-from walspark.spark.datasource.schema import catalog_layout
+from walspark.spark.datasource.catalog import catalog_layout
 from walspark.spark.datasource.stream_reader import PgoutputStreamReader
 
 __all__ = ["PgoutputDataSource", "register"]
