@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
 from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
 from walspark.protocol import RelationColumn
 from walspark.values import TypeRegistry, spark_schema, spark_type
+
+if TYPE_CHECKING:
+    from walspark.storage import Location
 
 __all__ = [
     "AMBIGUOUS_KEY",
@@ -431,7 +434,7 @@ def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
 
 
 def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *, binary: bool = False,
-                   staging_path: str | None = None,
+                   staging_path: str | Location | None = None,
                    slot: str | None = None) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
     """The output layout of a live slot's publications, and the user types its tasks must register.
 
