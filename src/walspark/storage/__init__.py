@@ -4,7 +4,11 @@
 :class:`StorageSettings` says which identity and endpoint object stores are reached with.
 """
 
-from walspark.storage.location import Location, fsync_dir, location
-from walspark.storage.settings import StorageSettings, current_settings, spark_conf_from_env
+from walspark.storage.location import Location, fsync_dir, location, state_home
+from walspark.storage.settings import (
+    StorageSettings,
+    current_settings,
+    spark_conf_from_env,
+)
 
-__all__ = ["Location", "StorageSettings", "current_settings", "fsync_dir", "location", "spark_conf_from_env"]
+__all__ = ["Location", "StorageSettings", "current_settings", "fsync_dir", "location", "spark_conf_from_env", "state_home"]

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from walspark.storage.settings import StorageSettings, current_settings
 
-__all__ = ["Location", "location"]
+__all__ = ["Location", "location", "state_home"]
 
 _S3 = ("s3a", "s3", "s3n")
 
@@ -55,6 +55,12 @@ def location(uri: str | os.PathLike[str] | Location, settings: StorageSettings |
     fs, root = _filesystem(scheme, parts.netloc, settings)
     path = (root + "/" + parts.path.lstrip("/")).rstrip("/") if root else parts.path.rstrip("/")
     return Location(fs, path, f"{scheme}://{parts.netloc}", settings)
+
+
+def state_home(target: str, state: str | Location | None = None, settings: StorageSettings | None = None) -> Location:
+    """The folder of walspark's state for ``target``: ``state`` if given (``walspark run --state``),
+    else ``<target>/_walspark``."""
+    return location(state, settings) if state else location(f"{str(target).rstrip('/')}/_walspark", settings)
 
 
 @functools.lru_cache(maxsize=32)
@@ -137,7 +143,8 @@ class Location:
     def __repr__(self) -> str:  # the URI only: settings (and their secrets) are never shown
         return f"Location({self.uri!r})"
 
-    __str__ = lambda self: self.uri  # noqa: E731
+    def __str__(self) -> str:
+        return self.uri
 
     def __fspath__(self) -> str:
         if self.fs is not None:
@@ -233,8 +240,8 @@ class Location:
         """A binary file to read sequentially; it stays readable if the object is deleted meanwhile
         (an object store's copy is first brought to a local temporary file)."""
         if self.fs is None:
-            return open(self.path, "rb", buffering=1 << 20)  # noqa: SIM115 - the caller closes it
-        spool = tempfile.TemporaryFile()  # noqa: SIM115 - returned
+            return open(self.path, "rb", buffering=1 << 20)
+        spool = tempfile.TemporaryFile()
         try:
             with self.fs.open_input_stream(self.path) as src:
                 while chunk := src.read(8 << 20):

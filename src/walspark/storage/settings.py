@@ -147,7 +147,7 @@ def current_settings() -> StorageSettings:
         if session is None:
             try:
                 session = cls.getActiveSession()
-            except Exception:  # no JVM in this process
+            except (AttributeError, RuntimeError, ImportError):  # no JVM in this process
                 session = None
     if session is None:
         return StorageSettings.resolve({})

@@ -9,7 +9,7 @@ staging path, ...) before anything connects. Unknown keys are refused too: a mis
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from walspark.source.options import StreamOptions
 from walspark.storage import Location, StorageSettings, location
@@ -109,7 +109,7 @@ class SourceOptions:
     two_phase: bool | None = None  # None: on where the server supports it (PostgreSQL 15+)
     #: How the staging path's object store is reached (Hadoop's ``fs.s3a.*`` key names as options;
     #: else the ``AWS_*`` environment): the driver's settings travel to the executors this way.
-    storage: StorageSettings = StorageSettings()
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:

@@ -36,7 +36,6 @@ Guarantees, and how they hold:
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import os
 import shutil
