@@ -112,7 +112,7 @@ def _needs_snapshot(settings: RunSettings) -> bool:
     import psycopg
 
     from walspark.source.slots import get_slot
-    from walspark.spark.snapshot import read_record
+    from walspark.spark.snapshot.initial import read_record
 
     record = read_record(settings.target, settings.state)
     if record is not None and record.slot == settings.slot and not record.complete:
@@ -194,7 +194,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
 
     register(spark)
     if _needs_snapshot(settings):
-        from walspark.spark.snapshot import run_snapshot
+        from walspark.spark.snapshot.initial import run_snapshot
 
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
                               progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
@@ -405,7 +405,7 @@ def preflight(settings: RunSettings) -> None:
     """
     from walspark.source.errors import OptionError
     from walspark.source.preflight import check_source
-    from walspark.spark.snapshot import read_record
+    from walspark.spark.snapshot.initial import read_record
     from walspark.storage import StorageSettings, state_home
 
     if "/" in settings.slot or not settings.target:
