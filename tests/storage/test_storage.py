@@ -108,3 +108,58 @@ def test_hadoop_settings_win_over_the_environment_and_reach_spark() -> None:
     assert merged["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert merged["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert spark_conf_from_env({}, {}) == {}
+
+
+def test_segments_on_the_store(root: Location) -> None:
+    """Staged segments: written whole, listed in order, read back, the unfinished tail removed."""
+    from walspark.spark.datasource.segments import (SegmentBuilder, SegmentMeta, delete_through, list_segments,
+                                                    read_segment, remove_incomplete_tail, write_segment)
+    from walspark.spark.datasource.offsets import TxnEntry
+
+    folder = root / "staging" / "segments"
+    for seq, end in enumerate((10, 20)):
+        b = SegmentBuilder()
+        b.append(end, end - 1, 7, 0, None, end - 2, 0, False, b"I-data")
+        write_segment(folder, seq, b.to_batch(), SegmentMeta(2, False, False, (TxnEntry(end, 1, 6),)),
+                      first_end=end, last_end=end)
+    b = SegmentBuilder()
+    b.append(30, 29, 8, 0, None, 28, 0, False, b"piece")
+    write_segment(folder, 2, b.to_batch(), SegmentMeta(2, False, False, ()), first_end=30, last_end=30)
+    assert [s.seq for s in list_segments(folder)] == [0, 1, 2]
+    assert [s.seq for s in remove_incomplete_tail(folder)] == [0, 1]  # a transaction's unfinished pieces
+    [first, second] = list_segments(folder)
+    table, meta = read_segment(pickle.loads(pickle.dumps(second.path)))  # as an executor gets it
+    assert table.column("data").to_pylist() == [b"I-data"] and meta.txns == (TxnEntry(20, 1, 6),)
+    assert delete_through(folder, 10) == 1 and [s.seq for s in list_segments(folder)] == [1]
+
+
+def test_prepared_store_on_the_store(root: Location) -> None:
+    """A committed prepared transaction is marked, not renamed; the mark survives a reload; release deletes both."""
+    from walspark.spark.datasource.prepared import PreparedStore
+
+    from tests.spark.test_prepared_store import _prepared, _values
+
+    store = PreparedStore(root / "prepared").load()
+    txn = _prepared(3, "g", "a")
+    entry = store.put(txn, [])
+    txn.release()
+    store.resolve(entry, 0x5010)
+    assert sorted(e.name.rsplit(".", 1)[-1] for e in (root / "prepared").list()) == ["committed", "prepared"]
+    again = PreparedStore(root / "prepared").load()
+    assert again.get(3, "g").committed_end == 0x5010
+    held = again.committed(again.get(3, "g"), commit_lsn=0x5000, end_lsn=0x5010, timestamp=1)
+    assert again.release_through(0x6000) == 1
+    assert _values(held)[-1].endswith(b"a")  # still readable: released while being staged
+    held.release()
+    assert [e.name for e in (root / "prepared").list()] == ["committed-through"]
+
+
+def test_the_data_source_takes_the_settings_as_options() -> None:
+    from walspark.spark.datasource.options import SourceOptions
+
+    settings = StorageSettings(access_key="k", secret_key="s3cr3t", endpoint="http://127.0.0.1:9", path_style=True,
+                               ssl=False, region="eu-west-1")
+    parsed = SourceOptions.parse({"dsn": "host=x", "slot": "s", "publication": "p", "stagingPath": "s3a://b/st",
+                                  **settings.to_options()})
+    assert parsed.storage == settings and "s3cr3t" not in repr(parsed)
+    assert parsed.staging_location().settings == settings
