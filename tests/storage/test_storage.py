@@ -5,8 +5,8 @@ from __future__ import annotations
 import pickle
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
+from pyarrow import ipc
 
 from walspark.storage import Location, StorageSettings, location, spark_conf_from_env
 
@@ -112,9 +112,16 @@ def test_hadoop_settings_win_over_the_environment_and_reach_spark() -> None:
 
 def test_segments_on_the_store(root: Location) -> None:
     """Staged segments: written whole, listed in order, read back, the unfinished tail removed."""
-    from walspark.spark.datasource.segments import (SegmentBuilder, SegmentMeta, delete_through, list_segments,
-                                                    read_segment, remove_incomplete_tail, write_segment)
     from walspark.spark.datasource.offsets import TxnEntry
+    from walspark.spark.datasource.segments import (
+        SegmentBuilder,
+        SegmentMeta,
+        delete_through,
+        list_segments,
+        read_segment,
+        remove_incomplete_tail,
+        write_segment,
+    )
 
     folder = root / "staging" / "segments"
     for seq, end in enumerate((10, 20)):
@@ -127,7 +134,7 @@ def test_segments_on_the_store(root: Location) -> None:
     write_segment(folder, 2, b.to_batch(), SegmentMeta(2, False, False, ()), first_end=30, last_end=30)
     assert [s.seq for s in list_segments(folder)] == [0, 1, 2]
     assert [s.seq for s in remove_incomplete_tail(folder)] == [0, 1]  # a transaction's unfinished pieces
-    [first, second] = list_segments(folder)
+    [_, second] = list_segments(folder)
     table, meta = read_segment(pickle.loads(pickle.dumps(second.path)))  # as an executor gets it
     assert table.column("data").to_pylist() == [b"I-data"] and meta.txns == (TxnEntry(20, 1, 6),)
     assert delete_through(folder, 10) == 1 and [s.seq for s in list_segments(folder)] == [1]
@@ -135,9 +142,8 @@ def test_segments_on_the_store(root: Location) -> None:
 
 def test_prepared_store_on_the_store(root: Location) -> None:
     """A committed prepared transaction is marked, not renamed; the mark survives a reload; release deletes both."""
-    from walspark.spark.datasource.prepared import PreparedStore
-
     from tests.spark.test_prepared_store import _prepared, _values
+    from walspark.spark.datasource.prepared import PreparedStore
 
     store = PreparedStore(root / "prepared").load()
     txn = _prepared(3, "g", "a")
