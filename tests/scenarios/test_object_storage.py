@@ -43,6 +43,7 @@ def _spark_reads_bucket(spark, endpoint, bucket: str) -> None:  # type: ignore[n
         conf.set(f"fs.s3a.bucket.{bucket}.{key}", value)
 
 
+@pytest.mark.slow  # ~4-5 min here: every Delta commit and read is a series of S3 requests to moto
 def test_run_keeps_tables_and_state_on_s3_with_aws_env_only(spark, pg18_dsn, s3_endpoint, tmp_path):
     bucket = s3_endpoint.bucket("lake")
     target = f"s3a://{bucket}/lake"
