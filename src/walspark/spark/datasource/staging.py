@@ -221,6 +221,8 @@ class Stager(TwoPhaseStaging):
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        if not self.directory.is_local and not (self._thread is not None and self._thread.is_alive()):
+            shutil.rmtree(self._spill_dir, ignore_errors=True)  # this process's scratch, under the temp folder
 
     def _load_directory(self) -> None:
         self.segment_dir.make_dirs()
