@@ -75,3 +75,73 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session = spark_session("walspark-tests", master="local[2]", conf={"spark.sql.warehouse.dir": str(warehouse)})
     yield session
     session.stop()
+
+
+class S3Endpoint:
+    """A running S3 endpoint (moto's server mode) and the settings to reach it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._buckets = itertools.count(1)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS_* variables for this endpoint (moto accepts any key pair)."""
+        return {"AWS_ACCESS_KEY_ID": "walspark-test-key", "AWS_SECRET_ACCESS_KEY": "walspark-test-secret",
+                "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.url}
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        env = self.env
+        return boto3.client("s3", endpoint_url=self.url, region_name=env["AWS_REGION"],
+                            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+
+    def bucket(self, prefix: str = "walspark") -> str:
+        """A new, empty bucket; returns its name."""
+        name = f"{prefix}-{os.getpid()}-{next(self._buckets)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def settings(self):  # type: ignore[no-untyped-def]
+        from walspark.storage import StorageSettings
+
+        return StorageSettings.from_env(self.env)
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """An S3 endpoint for the session: moto's server as its own process on a free loopback port."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto server did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        yield S3Endpoint(url)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

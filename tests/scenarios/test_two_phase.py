@@ -65,7 +65,10 @@ def _store(target: str) -> Path:
 
 def _pending(target: str) -> list[str]:
     store = _store(target)
-    return sorted(p.name for p in store.glob("*.prepared")) if store.exists() else []
+    if not store.exists():
+        return []
+    marked = {p.name.split(".")[0] for p in store.glob("*.committed")}  # committed: staged, awaiting Spark
+    return sorted(p.name for p in store.glob("*.prepared") if p.name.split(".")[0] not in marked)
 
 
 def _move_slot_past(conn: psycopg.Connection, dsn: str, target: str, lsn: int) -> None:

@@ -17,23 +17,24 @@ from walspark.cli.main import cli
 @cli.command("resnapshot")
 @click.option("--target", required=True, type=click.Path(file_okay=False),
               help="Folder of the Delta tables, as given to walspark run.")
+@click.option("--state", default=None, metavar="LOCATION",
+              help="walspark's state folder, as given to walspark run (default TARGET/_walspark).")
 @click.option("--table", "tables", required=True, multiple=True, metavar="SCHEMA.TABLE",
               help="Table to copy again (repeatable; a bare name means public; quote parts with \" as in SQL).")
-def resnapshot(target: str, tables: tuple[str, ...]) -> None:
+def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
     """Ask the pipeline writing TARGET to copy these tables again, without stopping the stream."""
-    from pathlib import Path
-
     from walspark.source.errors import OptionError
     from walspark.spark.datasource.schema import parse_table_name
     from walspark.spark.snapshot.tablesync_state import request_resnapshot
+    from walspark.storage import state_home
 
-    if not (Path(target) / "_walspark").is_dir():
+    if not state_home(target, state).list():
         raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "
                                    "give the --target of walspark run")
     try:
         names = [parse_table_name(t) for t in tables]
     except (ValueError, OptionError) as exc:
         raise click.UsageError(str(exc)) from None
-    path = request_resnapshot(target, names)
+    path = request_resnapshot(target, names, state)
     click.echo(f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "
                "walspark run picks it up at its next check", err=True)

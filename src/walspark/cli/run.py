@@ -88,10 +88,15 @@ class RunSettings:
     #: Rows per chunk of a table copied while the stream runs: a crash resumes with the chunks not
     #: yet committed (each wave of chunks is one Delta commit).
     sync_chunk_rows: int = 50_000
+    #: Where walspark keeps its own files (snapshot record, checkpoint, staging, table-sync state):
+    #: a folder or object-store URI; ``<target>/_walspark`` when None.
+    state: str | None = None
+    #: Spark settings (``--conf KEY=VALUE``), e.g. ``spark.hadoop.fs.s3a.*`` for the object store.
+    conf: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def home(self) -> str:
-        return f"{self.target.rstrip('/')}/_walspark"
+        return self.state.rstrip("/") if self.state else f"{self.target.rstrip('/')}/_walspark"
 
     @property
     def checkpoint(self) -> str:
@@ -109,7 +114,7 @@ def _needs_snapshot(settings: RunSettings) -> bool:
     from walspark.source.slots import get_slot
     from walspark.spark.snapshot.initial import read_record
 
-    record = read_record(settings.target)
+    record = read_record(settings.target, settings.state)
     if record is not None and record.slot == settings.slot and not record.complete:
         return True
     with psycopg.connect(settings.dsn, autocommit=True) as conn:
@@ -192,16 +197,16 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
         from walspark.spark.snapshot.initial import run_snapshot
 
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
-                              progress=lambda update: say(update.line()))  # fmt: skip
+                              progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
         from walspark.spark.snapshot.tablesync_state import SyncStore
 
-        SyncStore.for_target(settings.target).reset()  # every table is freshly copied
+        SyncStore.for_target(settings.target, settings.state).reset()  # every table is freshly copied
     from walspark.spark.snapshot.tablesync import TableSync
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
-                     say=say)  # fmt: skip
+                     say=say, state=settings.state)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
             .scd2(*settings.scd2).table_sync(sync))  # fmt: skip
     sync.attach(sink)
@@ -227,13 +232,15 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, sync, say) ->
     from pyspark.errors import StreamingQueryException
 
     from walspark.spark.datasource.shapes import read_barrier
+    from walspark.storage import current_settings
 
     starts = 0
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     while True:
         starts += 1
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
-                   "stagingPath": settings.staging, **settings.options}  # fmt: skip
+                   "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
+                   **settings.options}  # fmt: skip
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         changes = spark.readStream.format("pgoutput").options(**options).load()
@@ -340,15 +347,20 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
 @click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
               help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
 @click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--state", default=None, metavar="LOCATION",
+              help="Folder or object-store URI of walspark's own files (default TARGET/_walspark).")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+              help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
-        sync_chunk_rows: int, master: str) -> None:  # fmt: skip
+        sync_chunk_rows: int, master: str, state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
     settings = RunSettings(dsn, publication, slot, target, once=once, scd2=scd2, app_id=app_id,
                            trigger_seconds=trigger_seconds, max_rows_per_batch=max_rows_per_batch,
-                           sync_check_seconds=sync_check_seconds, sync_chunk_rows=sync_chunk_rows)  # fmt: skip
+                           sync_check_seconds=sync_check_seconds, sync_chunk_rows=sync_chunk_rows,
+                           state=state, conf=parse_confs(confs))  # fmt: skip
     with cli_errors(dsn):
         preflight(settings)  # before the JVM starts: a wrong DSN or name costs a second, not thirty
         from pyspark.sql import SparkSession
@@ -359,7 +371,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         previous = {sig: signal.signal(sig, settings.stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         try:
-            spark = spark_session("walspark-run", master=master)
+            spark = spark_session("walspark-run", master=master, conf=settings.conf)
             if owned:
                 quiet_spark_errors(spark)
             try:
@@ -370,6 +382,17 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def parse_confs(confs: tuple[str, ...]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options as a dict (the last one of a key wins, as in spark-submit)."""
+    out: dict[str, str] = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item.split('=')[0]!r}: expected KEY=VALUE", param_hint="--conf")
+        out[key.strip()] = value
+    return out
 
 
 def preflight(settings: RunSettings) -> None:
@@ -383,10 +406,12 @@ def preflight(settings: RunSettings) -> None:
     from walspark.source.errors import OptionError
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record
+    from walspark.storage import StorageSettings, state_home
 
     if "/" in settings.slot or not settings.target:
         raise OptionError("--target must be a folder and --slot a slot name")
-    record = read_record(settings.target)
+    home = state_home(settings.target, settings.state, StorageSettings.resolve(settings.conf))  # Spark is not up yet
+    record = read_record(settings.target, home)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
     check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot)
     needs_snapshot = unfinished or not check.slot_exists

@@ -82,6 +82,9 @@ def spark_session(
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
         **(conf or {}),
     }
+    from walspark.storage import spark_conf_from_env  # AWS_* variables reach Delta's s3a writes too
+
+    settings.update(spark_conf_from_env(settings))
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -7,7 +7,7 @@ could not hold): this is where the two meet, over a connection to the source.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from walspark.spark.datasource.schema import (
     OutputLayout,
@@ -19,11 +19,14 @@ from walspark.spark.datasource.schema import (
 from walspark.spark.datasource.shapes import merge_recorded, recorded_shapes
 from walspark.values import TypeRegistry, spark_schema
 
+if TYPE_CHECKING:
+    from walspark.storage import Location
+
 __all__ = ["catalog_layout"]
 
 
 def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *, binary: bool = False,
-                   staging_path: str | None = None,
+                   staging_path: str | Location | None = None,
                    slot: str | None = None) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
     """The output layout of a live slot's publications, and the user types its tasks must register.
 

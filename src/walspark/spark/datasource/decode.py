@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +26,7 @@ from walspark.values import TypeRegistry
 from walspark.spark.datasource.output import OutputShaper
 from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
 from walspark.spark.datasource.segments import PRELUDE, read_segment
+from walspark.storage import StorageSettings, location
 
 __all__ = ["DecodeConfig", "TaskDecoder", "decode_segment", "relation_ids"]
 
@@ -138,13 +138,14 @@ class TaskDecoder:
             yield batch
 
 
-def decode_segment(path: str, start: int, end: int,
-                   make_decoder: Callable[[DecodeConfig], TaskDecoder]) -> Iterator[pa.RecordBatch]:
+def decode_segment(path: str, start: int, end: int, make_decoder: Callable[[DecodeConfig], TaskDecoder],
+                   storage: StorageSettings | None = None) -> Iterator[pa.RecordBatch]:
     """The output rows of a segment's transactions whose end LSN is in ``(start, end]``.
 
     ``make_decoder`` gets the segment's own decoding settings (protocol version, binary, ...).
+    ``storage``: how to reach the segment's object store (an executor has no Spark session to ask).
     """
-    table, meta = read_segment(Path(path))
+    table, meta = read_segment(location(path, storage))
     decoder = make_decoder(DecodeConfig(meta.protocol_version, meta.streaming_parallel, meta.binary))
     ends = table.column("end_lsn")
     prelude = table.filter(pc.equal(ends, PRELUDE))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from walspark.protocol import format_lsn, parse_lsn
+from walspark.storage import Location, location
 
 __all__ = ["TxnEntry", "from_offset", "last_committed_end", "plan_end", "to_offset"]
 
@@ -82,7 +83,7 @@ def plan_end(
     return end
 
 
-def last_committed_end(checkpoint: str | Path) -> int | None:
+def last_committed_end(checkpoint: str | Path | Location) -> int | None:
     """The end LSN of the last batch in a query's commit log (``<checkpoint>/commits``), or None.
 
     A batch is in the commit log only after its sink (the Delta MERGEs) returned: everything up
@@ -90,8 +91,8 @@ def last_committed_end(checkpoint: str | Path) -> int | None:
     ``offsets/<batch>``: a version line, the batch metadata, then one JSON line per source (the
     query reads one source).
     """
-    root = Path(checkpoint)
-    batches = [int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()]
+    root = location(checkpoint)
+    batches = [int(p.name) for p in (root / "commits").list() if p.name.isdigit()]
     if not batches:
         return None
     lines = (root / "offsets" / str(max(batches))).read_text().splitlines()

@@ -9,9 +9,11 @@ staging path, ...) before anything connects. Unknown keys are refused too: a mis
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from walspark.source.options import StreamOptions
+from walspark.storage import Location, StorageSettings, location
+from walspark.storage.settings import HADOOP_KEYS
 from walspark.source.publications import publication_list
 
 from walspark.spark.datasource.schema import parse_table_name
@@ -33,6 +35,9 @@ _KNOWN = {k.lower(): k for k in (
     "partitionRows", "numPartitions", "memoryBudget", "batchRows", "slotWaitSeconds", "availableNowTimeoutSeconds",
     "statusIntervalSeconds", "heartbeatSeconds", "twoPhase",
 )}
+
+#: Storage settings passed as options, under Hadoop's names (see :mod:`walspark.storage.settings`).
+_STORAGE_KEYS = frozenset(HADOOP_KEYS.values())
 
 
 def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
@@ -102,11 +107,14 @@ class SourceOptions:
     status_interval_seconds: float = 1.0
     heartbeat_seconds: float = 0.0
     two_phase: bool | None = None  # None: on where the server supports it (PostgreSQL 15+)
+    #: How the staging path's object store is reached (Hadoop's ``fs.s3a.*`` key names as options;
+    #: else the ``AWS_*`` environment): the driver's settings travel to the executors this way.
+    storage: StorageSettings = field(default_factory=StorageSettings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
-        unknown = sorted(k for k in opts if k not in _KNOWN)
+        unknown = sorted(k for k in opts if k not in _KNOWN and k not in _STORAGE_KEYS)
         if unknown:
             raise OptionsError(f"unknown option(s) {', '.join(unknown)} for format pgoutput; known: "
                                f"{', '.join(sorted(_KNOWN.values()))}")
@@ -148,9 +156,14 @@ class SourceOptions:
             status_interval_seconds=_float(opts, "statusintervalseconds", 1.0),
             heartbeat_seconds=_float(opts, "heartbeatseconds", 0.0, allow_zero=True),
             two_phase=None if g("twoPhase") in (None, "", "auto") else _bool(opts, "twophase", True),
+            storage=StorageSettings.resolve({k: v for k, v in opts.items() if k in _STORAGE_KEYS}),
         )
         parsed._validate()
         return parsed
+
+    def staging_location(self) -> Location | None:
+        """The staging path, reached with the storage settings (None without a staging path)."""
+        return location(self.staging_path, self.storage) if self.staging_path else None
 
     def _validate(self) -> None:
         if self.path and self.dsn:

@@ -6,16 +6,20 @@ follows (``DecodePrepare`` skips a prepare before the slot's confirmed position)
 survives that because it applies the transaction locally and prepares it there, in the same
 local transaction that advances its replication origin (``apply_handle_prepare`` in
 ``worker.c``). walspark cannot prepare a Delta transaction, so the stager does the equivalent
-with files: at the PREPARE it writes the transaction's raw messages here — fsynced, then
-atomically renamed — before it stages anything that follows, so before the slot can be
-confirmed past it. At the COMMIT PREPARED the stored copy is staged like any committed
+with files: at the PREPARE it writes the transaction's raw messages here — as one whole object
+(:meth:`walspark.storage.Location.write`: fsynced and renamed on a local disk, one PUT on an
+object store) — before it stages anything that follows, so before the slot can be confirmed
+past it. At the COMMIT PREPARED the stored copy is staged like any committed
 transaction, at the COMMIT PREPARED's end LSN and commit time; a ROLLBACK PREPARED deletes it.
 
 Layout, under ``<stagingPath>/prepared/``:
 
-* ``<xid:010d>-<gid digest>.prepared``: a prepared transaction awaiting its outcome;
-* ``<xid:010d>-<gid digest>.<end LSN:016X>.committed``: committed at that end LSN and staged —
-  kept until Spark commits a batch at or past it (a COMMIT PREPARED the server sends again before
+* ``<xid:010d>-<gid digest>.prepared``: a prepared transaction (its messages), written once;
+* ``<xid:010d>-<gid digest>.<end LSN:016X>.committed``: an empty mark beside it — the transaction
+  was committed at that end LSN and staged (object stores cannot rename, so the outcome is a
+  second object, not a new name; a mark without its ``.prepared`` is the data itself, as
+  stores written before marks were used keep it). Both are kept until Spark commits a batch at
+  or past it (a COMMIT PREPARED the server sends again before
   the slot moves past it must still find the messages, or the watermark below); the last batch
   of a run is released by the run itself once the query ended (``release_committed_prepared``
   in :mod:`.two_phase`), since Spark tells the source of a commit only when it plans the next batch;
@@ -45,7 +49,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import struct
 import threading
@@ -58,7 +61,7 @@ from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
 from walspark.changes.spill import Entry
 from walspark.protocol import format_lsn, parse_lsn
 
-from walspark.spark.durable import fsync_dir, write_json_durably, write_text_durably
+from walspark.storage import Location, location
 
 __all__ = ["PreparedEntry", "PreparedStore", "PreparedStoreError"]
 
@@ -79,6 +82,10 @@ class PreparedStoreError(RuntimeError):
     """An entry of the prepared-transaction store cannot be read (damaged, truncated)."""
 
 
+def _mark_name(key: str, end_lsn: int) -> str:
+    return f"{key}.{end_lsn:016X}.committed"
+
+
 def _key(xid: int, gid: str) -> str:
     return f"{xid:010d}-{hashlib.sha256(gid.encode()).hexdigest()[:16]}"
 
@@ -88,7 +95,7 @@ class PreparedEntry:
     """One stored transaction: where it is and, once committed and staged, at which end LSN."""
 
     key: str
-    path: Path
+    path: Location
     committed_end: int | None = None
 
 
@@ -100,7 +107,7 @@ class _StoredMessages:
     stays readable. ``close`` closes it; the file itself belongs to the store.
     """
 
-    def __init__(self, path: Path, xid: int, file: BinaryIO, body: int) -> None:
+    def __init__(self, path: Location, xid: int, file: BinaryIO, body: int) -> None:
         self.path, self.xid, self.file, self.body = path, xid, file, body
 
     def __iter__(self) -> Iterator[Entry]:
@@ -119,7 +126,7 @@ class _StoredMessages:
         self.file.close()
 
 
-def _read_header(f, path: Path) -> dict:  # type: ignore[no-untyped-def]
+def _read_header(f, path: Location) -> dict:  # type: ignore[no-untyped-def]
     if f.read(len(_MAGIC)) != _MAGIC:
         raise PreparedStoreError(f"{path} is not a walspark prepared-transaction file")
     raw = f.read(_LEN.size)
@@ -136,8 +143,8 @@ class PreparedStore:
     releases.
     """
 
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
+    def __init__(self, directory: str | Path | Location) -> None:
+        self.directory = location(directory)
         self._lock = threading.Lock()
         self._entries: dict[str, PreparedEntry] = {}
         self._watermark = 0
@@ -151,32 +158,43 @@ class PreparedStore:
         ``tidy=False`` only reads (no file is deleted): for a reader outside the stager, which
         must not touch a write the stager may have under way.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        mark = self.directory / _WATERMARK
-        self._watermark = parse_lsn(mark.read_text().strip()) if mark.exists() else 0
-        since = self.directory / _SINCE
-        self._complete = bool(json.loads(since.read_text())["complete"]) if since.exists() else None
-        entries: dict[str, PreparedEntry] = {}
-        for path in sorted(self.directory.iterdir()):
+        self.directory.make_dirs()
+        try:
+            self._watermark = parse_lsn((self.directory / _WATERMARK).read_text().strip())
+        except FileNotFoundError:
+            self._watermark = 0
+        since = (self.directory / _SINCE).read_json()
+        self._complete = None if since is None else bool(since["complete"])
+        data: dict[str, Location] = {}
+        marks: dict[str, list[tuple[int, Location]]] = {}
+        for path in self.directory.list():
             match = _NAME.fullmatch(path.name)
             if match is None:
                 if tidy and path.name.endswith(".tmp"):
-                    path.unlink(missing_ok=True)
+                    path.delete()
                 continue
             key = f"{match.group(1)}-{match.group(2)}"
-            end = int(match.group(3), 16) if match.group(3) else None
-            if end is not None and end <= self._watermark:
+            if match.group(3):
+                marks.setdefault(key, []).append((int(match.group(3), 16), path))
+            else:
+                data[key] = path
+        entries: dict[str, PreparedEntry] = {}
+        for key in sorted(data.keys() | marks.keys()):
+            found = sorted(marks.get(key, []), key=lambda m: m[0])
+            end = found[-1][0] if found else None
+            path = data.get(key)
+            if end is not None and end <= self._watermark:  # Spark has it (a release cut short)
                 if tidy:
-                    path.unlink(missing_ok=True)
+                    if path is not None:
+                        path.delete()
+                    for _, mark in found:
+                        mark.delete()
                 continue
-            have = entries.get(key)
-            if have is not None and not tidy:  # keep both names as they are; the stager sorts them out
-                continue
-            if have is not None:  # a crash between writing a resent prepare and removing the old name
-                if have.committed_end is None:
-                    path.unlink(missing_ok=True)
-                    continue
-                have.path.unlink(missing_ok=True)
+            if path is None:  # an older store's committed entry: the mark holds the data
+                path = found[-1][1]
+            elif tidy:
+                for _, mark in found[:-1]:  # a crash between a new mark and the old one's removal
+                    mark.delete()
             entries[key] = PreparedEntry(key, path, end)
         with self._lock:
             self._entries = entries
@@ -196,8 +214,7 @@ class PreparedStore:
         if self._complete is not None:
             return
         complete = not slot_had_two_phase
-        write_json_durably(self.directory / _SINCE, {"complete": complete,
-                                                     "first_stream_start": format_lsn(start_lsn)})
+        (self.directory / _SINCE).write_json({"complete": complete, "first_stream_start": format_lsn(start_lsn)})
         self._complete = complete
 
     @property
@@ -229,7 +246,7 @@ class PreparedStore:
         key = _key(txn.xid, txn.gid)
         prelude = list(prelude)
         final = self.directory / f"{key}.prepared"
-        tmp = self.directory / f"{key}.prepared.tmp"
+        tmp = f"{key}.prepared.tmp"
         header = json.dumps({
             "xid": txn.xid, "gid": txn.gid, "first_lsn": format_lsn(txn.first_lsn),
             "prepare_lsn": format_lsn(txn.prepare_lsn), "end_lsn": format_lsn(txn.end_lsn),
@@ -237,21 +254,20 @@ class PreparedStore:
             "origin_lsn": None if txn.origin_lsn is None else format_lsn(txn.origin_lsn), "streamed": txn.streamed,
             "count": len(prelude) + txn.count,
         }).encode()
-        with open(tmp, "wb", buffering=1 << 20) as f:
-            f.write(_MAGIC + _LEN.pack(len(header)) + header)
-            for lsn, in_stream, data in (*prelude, *txn.messages()):
-                f.write(_RECORD.pack(lsn, in_stream, len(data)))
-                f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(self.directory)
-        entry = PreparedEntry(key, final)
+        body = bytearray(_MAGIC + _LEN.pack(len(header)) + header)
+        for lsn, in_stream, data in (*prelude, *txn.messages()):
+            body += _RECORD.pack(lsn, in_stream, len(data))
+            body += data
         with self._lock:
             old = self._entries.get(key)
+        if old is not None:  # a committed mark would outlive the copy it marks
+            self._drop_marks(old)
+        final.write(body, tmp_name=tmp)
+        entry = PreparedEntry(key, final)
+        with self._lock:
             self._entries[key] = entry
         if old is not None and old.path != final:
-            old.path.unlink(missing_ok=True)
+            old.path.delete()
         return entry
 
     def get(self, xid: int, gid: str) -> PreparedEntry | None:
@@ -266,7 +282,7 @@ class PreparedStore:
         Raises FileNotFoundError if the entry was released meanwhile (see :meth:`release_through`).
         Call ``release()`` on the result.
         """
-        f = open(entry.path, "rb", buffering=1 << 20)  # noqa: SIM115 - closed by the transaction's release()
+        f = entry.path.open_read()  # closed by the transaction's release()
         try:
             meta = _read_header(f, entry.path)
         except BaseException:
@@ -286,11 +302,14 @@ class PreparedStore:
         """The transaction is staged at ``end_lsn``: keep it only until Spark commits that far."""
         if entry.committed_end == end_lsn:
             return
-        final = self.directory / f"{entry.key}.{end_lsn:016X}.committed"
-        os.replace(entry.path, final)
-        fsync_dir(self.directory)
+        (self.directory / _mark_name(entry.key, end_lsn)).write(b"")
+        self._drop_marks(entry)
         with self._lock:
-            self._entries[entry.key] = PreparedEntry(entry.key, final, end_lsn)
+            self._entries[entry.key] = PreparedEntry(entry.key, entry.path, end_lsn)
+
+    def _drop_marks(self, entry: PreparedEntry) -> None:
+        if entry.committed_end is not None and entry.path.name.endswith(".prepared"):
+            (self.directory / _mark_name(entry.key, entry.committed_end)).delete()
 
     def drop(self, xid: int, gid: str) -> bool:
         """ROLLBACK PREPARED: forget the transaction. Returns whether it was stored."""
@@ -298,7 +317,8 @@ class PreparedStore:
             entry = self._entries.pop(_key(xid, gid), None)
         if entry is None:
             return False
-        entry.path.unlink(missing_ok=True)
+        entry.path.delete()
+        self._drop_marks(entry)
         return True
 
     # ------------------------------------------------------------------ Spark's commit
@@ -315,12 +335,13 @@ class PreparedStore:
             if not doomed:
                 return 0
             if end > self._watermark:
-                write_text_durably(self.directory / _WATERMARK, format_lsn(end))
+                (self.directory / _WATERMARK).write_text(format_lsn(end))
                 self._watermark = end
             for e in doomed:
                 del self._entries[e.key]
-        for e in doomed:
-            e.path.unlink(missing_ok=True)
+        for e in doomed:  # the data first: a mark left by a crash here is below the watermark
+            e.path.delete()
+            self._drop_marks(e)
         return len(doomed)
 
 

@@ -31,14 +31,15 @@ transaction. The schema metadata (``walspark.segment``, JSON) records how to dec
 is complete once that entry exists; pieces after the last entry (a crash mid-way through a
 huge transaction) are incomplete and removed by :func:`remove_incomplete_tail`.
 
-Files appear atomically: written to ``.tmp``, fsynced, renamed, directory fsynced. A segment
-that exists is complete and never changes; it is deleted once Spark committed past it.
+Files appear atomically, through :mod:`walspark.storage` (local: written to ``.tmp``, fsynced,
+renamed, directory fsynced; object store: one PUT of the built file). Names are unique (``seq``)
+and a segment is written once: a segment that exists is complete and never changes; it is
+deleted once Spark committed past it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from walspark.spark.durable import fsync_dir
+from walspark.storage import Location, location
 from walspark.spark.datasource.offsets import TxnEntry
 
 __all__ = [
@@ -90,10 +91,10 @@ class SegmentName:
     seq: int
     first_end: int
     last_end: int
-    path: Path = field(compare=False)
+    path: Location = field(compare=False)
 
     @classmethod
-    def parse(cls, path: Path) -> SegmentName | None:
+    def parse(cls, path: Location) -> SegmentName | None:
         match = _NAME.fullmatch(path.name)
         if match is None:
             return None
@@ -200,70 +201,64 @@ class SegmentBuilder:
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 
 
-def write_segment(directory: Path, seq: int, batch: pa.RecordBatch, meta: SegmentMeta, *, first_end: int,
-                  last_end: int) -> SegmentName:
-    """Write one segment atomically (tmp file, fsync, rename, fsync directory)."""
+def write_segment(directory: Location | Path | str, seq: int, batch: pa.RecordBatch, meta: SegmentMeta, *,
+                  first_end: int, last_end: int) -> SegmentName:
+    """Write one segment atomically: built in memory, then written whole (see the module docstring)."""
+    directory = location(directory)
     name = SegmentName.file_name(seq, first_end, last_end)
     final = directory / name
-    tmp = directory / (name + ".tmp")
     schema = SCHEMA.with_metadata({_META_KEY: meta.encode()})
-    with open(tmp, "wb") as raw:
-        with ipc.new_file(raw, schema) as writer:
-            writer.write_batch(batch.replace_schema_metadata(schema.metadata))
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.replace(tmp, final)
-    fsync_dir(directory)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as writer:
+        writer.write_batch(batch.replace_schema_metadata(schema.metadata))
+    final.write(sink.getvalue())
     return SegmentName(seq, first_end, last_end, final)
 
 
-def list_segments(directory: Path) -> list[SegmentName]:
+def list_segments(directory: Location | Path | str) -> list[SegmentName]:
     """The segments of a staging directory, in stream order (temporary files ignored)."""
-    try:
-        entries = list(os.scandir(directory))
-    except FileNotFoundError:
-        return []
-    found = [SegmentName.parse(Path(e.path)) for e in entries]
+    found = [SegmentName.parse(e) for e in location(directory).list()]
     return sorted(s for s in found if s is not None)
 
 
-def read_meta(path: Path) -> SegmentMeta:
+def read_meta(path: Location | Path | str) -> SegmentMeta:
     """A segment's metadata, without reading its rows."""
-    with pa.memory_map(str(path)) as source:
+    with location(path).open_arrow() as source:
         schema = ipc.open_file(source).schema
     return SegmentMeta.decode(schema.metadata[_META_KEY])
 
 
-def read_segment(path: Path) -> tuple[pa.Table, SegmentMeta]:
-    """A segment's rows (memory-mapped) and metadata."""
-    with pa.memory_map(str(path)) as source:
+def read_segment(path: Location | Path | str) -> tuple[pa.Table, SegmentMeta]:
+    """A segment's rows (memory-mapped when local) and metadata."""
+    with location(path).open_arrow() as source:
         reader = ipc.open_file(source)
         table = reader.read_all()
     return table, SegmentMeta.decode(reader.schema.metadata[_META_KEY])
 
 
-def delete_through(directory: Path, lsn: int) -> int:
+def delete_through(directory: Location | Path | str, lsn: int) -> int:
     """Delete the segments whose transactions all end at or before ``lsn``; returns how many."""
     count = 0
     for seg in list_segments(directory):
         if seg.last_end <= lsn:
-            seg.path.unlink(missing_ok=True)
+            seg.path.delete()
             count += 1
     return count
 
 
-def remove_incomplete_tail(directory: Path) -> list[SegmentName]:
+def remove_incomplete_tail(directory: Location | Path | str) -> list[SegmentName]:
     """Drop leftovers of a crash: temporary files, and trailing pieces of an unfinished transaction.
 
     Returns the segments that remain, in order. Safe because no offset can name an incomplete
     transaction (admission control only sees complete ones).
     """
-    for entry in os.scandir(directory):
-        if entry.name.endswith(".tmp"):
-            os.unlink(entry.path)
+    directory = location(directory)
+    for entry in directory.list():
+        if entry.name.endswith(".tmp"):  # local only: an object store never shows a half-written object
+            entry.delete()
     segments = list_segments(directory)
     while segments and not read_meta(segments[-1].path).txns:
-        segments.pop().path.unlink()
+        segments.pop().path.delete(missing_ok=False)
     return segments
 
 

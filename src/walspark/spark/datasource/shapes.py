@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pyspark.sql import types as T
 
-from walspark.spark.durable import write_json_durably
+from walspark.storage import Location, location
 
 __all__ = ["Barrier", "identify_old_columns", "merge_recorded", "read_barrier", "record_barrier", "recorded_shapes"]
 
@@ -45,38 +45,38 @@ class Barrier:
         return "; ".join(f"table {table}: {reason}" for table, reason in self.reasons)
 
 
-def _read_json(path: Path) -> object | None:
+def _read_json(path: Location) -> object | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_bytes())
     except (OSError, ValueError):
         return None
 
 
-def record_barrier(directory: str | Path, end_lsn: int, shapes: Mapping[str, Sequence[Columns]],
+def record_barrier(directory: str | Path | Location, end_lsn: int, shapes: Mapping[str, Sequence[Columns]],
                    reasons: Sequence[tuple[str, str]]) -> None:
     """Remember the non-fitting shapes of the transaction ending at ``end_lsn`` (per table, in stream
     order), replacing what an earlier barrier recorded for the same tables, and the barrier itself."""
-    directory = Path(directory)
+    directory = location(directory)
     data = _read_json(directory / SHAPES_FILE)
     tables: dict[str, object] = dict(data) if isinstance(data, dict) else {}
     for table, columns in shapes.items():
         tables[table] = {"end_lsn": end_lsn, "shapes": [[list(c) for c in shape] for shape in columns]}
-    write_json_durably(directory / SHAPES_FILE, tables)
-    write_json_durably(directory / BARRIER_FILE, {"end_lsn": end_lsn, "reasons": [list(r) for r in reasons]})
+    (directory / SHAPES_FILE).write_json(tables)
+    (directory / BARRIER_FILE).write_json({"end_lsn": end_lsn, "reasons": [list(r) for r in reasons]})
 
 
-def read_barrier(directory: str | Path) -> Barrier | None:
+def read_barrier(directory: str | Path | Location) -> Barrier | None:
     """The last barrier recorded under ``directory`` (None if none)."""
-    data = _read_json(Path(directory) / BARRIER_FILE)
+    data = _read_json(location(directory) / BARRIER_FILE)
     if not isinstance(data, dict):
         return None
     return Barrier(int(data["end_lsn"]), tuple((str(t), str(r)) for t, r in data.get("reasons", ())))
 
 
-def recorded_shapes(directory: str | Path, *, after_lsn: int = 0) -> dict[str, list[Columns]]:
+def recorded_shapes(directory: str | Path | Location, *, after_lsn: int = 0) -> dict[str, list[Columns]]:
     """The shapes recorded per table, leaving out those of transactions at or before ``after_lsn``
     (the slot's confirmed position: such a transaction is applied, its shape is history)."""
-    data = _read_json(Path(directory) / SHAPES_FILE)
+    data = _read_json(location(directory) / SHAPES_FILE)
     if not isinstance(data, dict):
         return {}
     out: dict[str, list[Columns]] = {}

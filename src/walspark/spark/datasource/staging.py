@@ -36,10 +36,10 @@ Guarantees, and how they hold:
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,13 +60,13 @@ from walspark.source.stream import Reconnected, ReplicationStream
 from walspark.values import TypeRegistry
 
 from walspark.spark.datasource.decode import relation_ids
-from walspark.spark.durable import write_text_durably
 from walspark.spark.datasource.offsets import TxnEntry
 from walspark.spark.datasource.prepared import PreparedStore
 from walspark.spark.datasource.schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
 from walspark.spark.datasource.shapes import record_barrier
 from walspark.spark.datasource.segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
 from walspark.spark.datasource.two_phase import TwoPhaseStaging
+from walspark.storage import Location, location
 
 __all__ = ["StagingError", "Stager"]
 
@@ -93,10 +93,7 @@ def note_committed_end(directory: str | Path, end_lsn: int) -> None:
     Spark's source process, picks it up and confirms it like a ``commit(end)``. ``walspark run``
     does this; with the data source alone, call it from a ``StreamingQueryListener``.
     """
-    path = Path(directory) / _COMMITTED
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(format_lsn(end_lsn))
-    os.replace(tmp, path)
+    (location(directory) / _COMMITTED).write_text(format_lsn(end_lsn), durable=False)
 
 
 class StagingError(RuntimeError):
@@ -128,7 +125,7 @@ class Stager(TwoPhaseStaging):
         dsn: str,
         slot: str,
         stream_options: StreamOptions,
-        directory: str | Path,
+        directory: str | Path | Location,
         layout: OutputLayout,
         registrations: tuple[TypeRegistration, ...] = (),
         segment_max_rows: int = 50_000,
@@ -144,7 +141,7 @@ class Stager(TwoPhaseStaging):
         self.dsn = dsn
         self.slot = slot
         self.stream_options = stream_options
-        self.directory = Path(directory)
+        self.directory = location(directory)
         self.segment_dir = self.directory / "segments"
         self.layout = layout
         self.registry = apply_registrations(TypeRegistry(), registrations)
@@ -201,6 +198,10 @@ class Stager(TwoPhaseStaging):
         self._pending_snapshot: tuple[dict, dict] = ({}, {})
         self._pending_since = 0.0
         self._prepared = PreparedStore(self.directory / "prepared")
+        # Spilled transactions are this process's scratch: beside the segments on a local disk,
+        # in a temporary folder when the staging path is on an object store.
+        self._spill_dir = (Path(self.directory.path) / "spill" if self.directory.is_local
+                           else Path(tempfile.gettempdir()) / f"walspark-spill-{os.getpid()}-{slot}")
         self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0,
                       "empty_prepared": 0}
 
@@ -220,31 +221,35 @@ class Stager(TwoPhaseStaging):
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        if not self.directory.is_local and not (self._thread is not None and self._thread.is_alive()):
+            shutil.rmtree(self._spill_dir, ignore_errors=True)  # this process's scratch, under the temp folder
 
     def _load_directory(self) -> None:
-        self.segment_dir.mkdir(parents=True, exist_ok=True)
+        self.segment_dir.make_dirs()
         marker = self.directory / _MARKER
         # per-table mode stages one table only: its segments cannot serve another layout
         identity = {"slot": self.slot, "publications": list(self.stream_options.publication_names),
                     "table": self.layout.table}
-        if marker.exists():
-            have = json.loads(marker.read_text())
+        have = marker.read_json()
+        if have is not None:
             if have != identity:
                 raise StagingError(f"staging path {self.directory} belongs to another source ({have}); use one "
                                    f"staging path per query (slot {self.slot!r})")
         else:
-            marker.write_text(json.dumps(identity))
+            marker.write_json(identity)
         # A note of the previous process's driver: this query's commits will say it again.
-        (self.directory / _COMMITTED).unlink(missing_ok=True)
-        idle = self.directory / _IDLE_MARK
-        self._idle_mark = parse_lsn(idle.read_text().strip()) if idle.exists() else 0
-        shutil.rmtree(self.directory / "spill", ignore_errors=True)
+        (self.directory / _COMMITTED).delete()
+        try:
+            self._idle_mark = parse_lsn((self.directory / _IDLE_MARK).read_text().strip())
+        except FileNotFoundError:
+            self._idle_mark = 0
+        shutil.rmtree(self._spill_dir, ignore_errors=True)
         self._prepared.load()
         segments = remove_incomplete_tail(self.segment_dir)
         entries = list(iter_entries(segments))
         with self._cond:
             self._segments = segments
-            self._staged_bytes = sum(seg.path.stat().st_size for seg in segments)
+            self._staged_bytes = sum(seg.path.size() for seg in segments)
             self._set_entries(entries)
             self._staged_end = entries[-1].end_lsn if entries else 0
         self._next_seq = segments[-1].seq + 1 if segments else 0
@@ -369,8 +374,8 @@ class Stager(TwoPhaseStaging):
         freed = 0
         for seg in doomed:
             try:
-                freed += seg.path.stat().st_size
-                seg.path.unlink()
+                freed += seg.path.size()
+                seg.path.delete(missing_ok=False)
             except FileNotFoundError:
                 pass
         with self._cond:
@@ -468,7 +473,7 @@ class Stager(TwoPhaseStaging):
 
     def _assembler(self) -> TransactionAssembler:
         return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
-                                    spill_dir=self.directory / "spill", hand_over_prepared=True)
+                                    spill_dir=self._spill_dir, hand_over_prepared=True)
 
     def _open_stream(self) -> ReplicationStream | None:
         """Open the stream; a slot still held by a previous (killed) run is waited for."""
@@ -561,7 +566,7 @@ class Stager(TwoPhaseStaging):
         """
         if lsn <= self._idle_mark:
             return
-        write_text_durably(self.directory / _IDLE_MARK, format_lsn(lsn))
+        (self.directory / _IDLE_MARK).write_text(format_lsn(lsn))
         with self._cond:
             self._idle_mark = lsn
 
@@ -630,7 +635,7 @@ class Stager(TwoPhaseStaging):
             txn.release()
         if misfits:
             for seg in written:  # pieces of this transaction: never offered, remove them
-                seg.path.unlink(missing_ok=True)
+                seg.path.delete()
                 with self._cond:
                     self._segments = [s for s in self._segments if s.path != seg.path]
             self._flush_pending()
@@ -737,7 +742,7 @@ class Stager(TwoPhaseStaging):
         name = write_segment(self.segment_dir, self._next_seq, batch, meta, first_end=first, last_end=last)
         self._next_seq += 1
         self.stats["segments"] += 1
-        size = name.path.stat().st_size
+        size = name.path.size()
         with self._cond:
             self._segments.append(name)
             self._staged_bytes += size

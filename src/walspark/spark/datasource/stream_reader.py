@@ -46,6 +46,7 @@ from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
 from walspark.spark.datasource.staging import Stager
+from walspark.storage import Location, location
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]
 
@@ -69,20 +70,21 @@ class SegmentPartition(InputPartition):
     registrations: tuple[TypeRegistration, ...] = ()
 
 
-def group_segments(paths: Sequence[Path], target_bytes: int = PARTITION_TARGET_BYTES) -> list[tuple[str, ...]]:
+def group_segments(paths: Sequence[Location | Path], target_bytes: int = PARTITION_TARGET_BYTES) -> list[tuple[str, ...]]:
     """Consecutive segments in groups of about ``target_bytes`` (a segment at or above it alone)."""
     groups: list[tuple[str, ...]] = []
     group: list[str] = []
     size = 0
-    for path in paths:
+    for given in paths:
+        path = location(given)
         try:
-            n = path.stat().st_size
+            n = path.size()
         except OSError:
             n = target_bytes  # let the task report a missing segment on its own
         if group and size + n > target_bytes:
             groups.append(tuple(group))
             group, size = [], 0
-        group.append(str(path))
+        group.append(path.uri)
         size += n
     if group:
         groups.append(tuple(group))
@@ -120,7 +122,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 dsn=o.dsn,
                 slot=o.slot,
                 stream_options=o.stream_options(),
-                directory=o.staging_path,
+                directory=o.staging_location(),
                 layout=OutputLayout.from_schema(self.schema, o.table),
                 registrations=self._registrations,
                 segment_max_rows=o.segment_max_rows,
@@ -220,4 +222,4 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
 
         for path in partition.paths:
-            yield from decode_segment(path, partition.start, partition.end, make)
+            yield from decode_segment(path, partition.start, partition.end, make, o.storage)

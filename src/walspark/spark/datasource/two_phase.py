@@ -57,13 +57,12 @@ def release_committed_prepared(staging: str | Path, checkpoint: str | Path) -> i
     COMMIT PREPARED the next run receives again (the slot is confirmed lazily) is a known resend.
     Returns how many entries were deleted.
     """
-    from pathlib import Path as _Path
-
     from walspark.spark.datasource.offsets import last_committed_end
+    from walspark.storage import location
 
-    directory = _Path(staging) / "prepared"
+    directory = location(staging) / "prepared"
     end = last_committed_end(checkpoint)
-    if end is None or not directory.is_dir():
+    if end is None or not directory.list():
         return 0
     return PreparedStore(directory).load(tidy=False).release_through(end)
 

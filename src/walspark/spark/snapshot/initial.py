@@ -51,15 +51,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
-
-from walspark.spark.durable import write_json_durably
+from walspark.spark.lake.tables import TABLE_PROPERTIES, table_path
 from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
 from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
-from walspark.spark.lake.tables import TABLE_PROPERTIES, table_path
+from walspark.storage import Location, location, state_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -300,19 +298,9 @@ def _catalog_rows(conn: Any) -> list[list[Any]]:
 # Bookkeeping
 
 
-def _local(target: str) -> Path:
-    if target.startswith("file://"):
-        return Path(target[len("file://"):])
-    if target.startswith("file:"):
-        return Path(target[len("file:"):])
-    if "://" in target:
-        raise SnapshotError(f"snapshot bookkeeping needs a local target folder, not {target!r}")
-    return Path(target)
-
-
-def record_path(target: str) -> Path:
-    """``<target>/_walspark/snapshot.json``."""
-    return _local(target) / "_walspark" / RECORD_NAME
+def record_path(target: str, state: str | Location | None = None) -> Location:
+    """``<state>/snapshot.json`` (the state folder: ``<target>/_walspark`` unless ``state`` is given)."""
+    return state_home(target, state) / RECORD_NAME
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,22 +331,20 @@ class SnapshotRecord:
         }
 
 
-def read_record(target: str) -> SnapshotRecord | None:
+def read_record(target: str, state: str | Location | None = None) -> SnapshotRecord | None:
     """The snapshot record of ``target``, or None when no snapshot was ever started there."""
-    path = record_path(target)
-    if not path.exists():
+    data = record_path(target, state).read_json()
+    if data is None:
         return None
-    data = json.loads(path.read_text())
     cp = data.get("consistent_point")
     return SnapshotRecord(data["state"], data["slot"], data["publication"], None if cp is None else parse_lsn(cp),
                           list(data.get("tables") or []), data.get("started_at", ""), data.get("completed_at"))
 
 
-def _write_record(target: str, record: SnapshotRecord) -> None:
-    """Replace the record atomically (write a sibling, fsync, rename): never a torn file."""
-    path = record_path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_durably(path, record.to_dict(), tmp=path.with_name(f".{RECORD_NAME}.{os.getpid()}.tmp"), indent=2)
+def _write_record(target: str, record: SnapshotRecord, state: str | Location | None = None) -> None:
+    """Replace the record atomically (local: a sibling written, fsynced, renamed; object store: one
+    PUT): never a torn file."""
+    record_path(target, state).write_json(record.to_dict(), tmp_name=f".{RECORD_NAME}.{os.getpid()}.tmp", indent=2)
 
 
 def _now() -> str:
@@ -513,7 +499,11 @@ def _written_rows(spark: SparkSession, path: str) -> int:
     costs about a second per table), else through ``DESCRIBE HISTORY``.
     """
     with contextlib.suppress(Exception):
-        latest = max((_local(path) / "_delta_log").glob("[0-9]*.json"))
+        log_dir = location(path) / "_delta_log"
+        if not log_dir.is_local:  # a listing and a GET cost about what the query costs
+            raise LookupError(path)
+        latest = max((e for e in log_dir.list() if e.name[:1].isdigit() and e.name.endswith(".json")),
+                     key=lambda e: e.name).local_path
         for line in latest.read_text().splitlines():
             entry = json.loads(line)
             if "commitInfo" in entry:
@@ -603,7 +593,6 @@ def _slot_exists(dsn: str, slot: str) -> bool:
 def _plan_in_snapshot(dsn: str, snapshot_name: str,
                       publication: str | Sequence[str]) -> tuple[list[TablePlan], list[list[Any]]]:
     from walspark.source.connect import connect_sql
-
     from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
 
     with connect_sql(dsn) as conn:
@@ -618,7 +607,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
                  parallelism: int | None = None, progress: ProgressCallback | None = None,
                  partition_rows: int = DEFAULT_PARTITION_ROWS, partition_pages: int | None = None,
                  redo: bool = False, two_phase: bool = False, table_concurrency: int = 4,
-                 fail_partition: tuple[str, int] | None = None) -> SnapshotResult:
+                 fail_partition: tuple[str, int] | None = None, state: str | None = None) -> SnapshotResult:
     """Create ``slot`` with an exported snapshot and copy every table of ``publication`` into ``target``.
 
     Returns the slot's consistent point: start streaming ``slot`` there (it is also the slot's
@@ -639,7 +628,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     register_snapshot_source(spark)
     parallelism = parallelism or spark.sparkContext.defaultParallelism
 
-    previous = read_record(target)
+    previous = read_record(target, state)
     if previous is not None and previous.complete and previous.slot == slot and not redo:
         if previous.consistent_point is not None and _slot_exists(dsn, slot):
             log.info("snapshot of %s already complete at %s; nothing to do", target,
@@ -658,7 +647,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
                             "a snapshot needs a new slot (drop it, or choose another name)")
 
     started_at = _now()
-    _write_record(target, SnapshotRecord("in_progress", slot, publication, None, [], started_at))
+    _write_record(target, SnapshotRecord("in_progress", slot, publication, None, [], started_at), state)
     from walspark.source.slots import create_slot_with_snapshot
 
     written: list[TableSnapshot] = []
@@ -697,13 +686,13 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
             _drop_slot(dsn, slot)
         raise
     _write_record(target, SnapshotRecord("complete", slot, publication, consistent_point,
-                                         [t.to_dict() for t in written], started_at, _now()))
+                                         [t.to_dict() for t in written], started_at, _now()), state)
     return SnapshotResult(slot, consistent_point, written)
 
 
-def snapshot_record_tables(target: str) -> list[tuple[str, str]]:
+def snapshot_record_tables(target: str, state: str | None = None) -> list[tuple[str, str]]:
     """The ``(schema, table)`` pairs of a complete snapshot of ``target`` (empty if none)."""
-    record = read_record(target)
+    record = read_record(target, state)
     if record is None or not record.complete:
         return []
     return [(t["schema"], t["table"]) for t in record.tables]

@@ -34,13 +34,13 @@ import contextlib
 import itertools
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.tables import table_path
+from walspark.storage import location
 from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class TableSync:
 
     def __init__(self, spark: SparkSession, dsn: str, publication: str, target: str, *,
                  check_seconds: float = DEFAULT_CHECK_SECONDS, say: Callable[[str], None] = print,
-                 parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
+                 parallelism: int | None = None, chunk_rows: int | None = None, state: str | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
         from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
@@ -126,7 +126,7 @@ class TableSync:
         self.dsn, self.publication, self.target = dsn, publication, target
         self.check_seconds = check_seconds
         self.say = say
-        self.store = SyncStore.for_target(target)
+        self.store = SyncStore.for_target(target, state)
         self.parallelism = parallelism or spark.sparkContext.defaultParallelism
         self.chunk_rows = chunk_rows
         # Own sessions: transaction ids of idempotent writes are session settings, and the copy
@@ -259,8 +259,7 @@ class TableSync:
                 self._begin_copy(table, state)
             self._requested.clear()
             for path in done_files:  # only once the states they asked for are durable
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+                path.delete()
             for state in self.store.all():
                 table = (state.schema, state.table)
                 running = table in self._copies and self._copies[table].is_alive()
@@ -468,7 +467,7 @@ class TableSync:
             copied = self._copied(state, log_df.drop(BATCH_COLUMN), spark)
             if copied is None:  # its changes so far are in the new copy, later ones in its own log
                 self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy", again=True)
-                shutil.rmtree(pending, ignore_errors=True)
+                location(pending).delete_tree()
                 return
             rows = copied
             options = self.sink.options_for(*table)
@@ -483,8 +482,8 @@ class TableSync:
         self.sink._known.pop(path, None)  # the copy replaced the table: forget its cached shape
         self.sink._known.pop(f"{path}\0ids", None)
         self.store.update(*table, state=READY, handed_through=through)
-        shutil.rmtree(pending, ignore_errors=True)
-        shutil.rmtree(self.store.copy_plan_path(*table, state.gen).parent, ignore_errors=True)
+        location(pending).delete_tree()
+        self.store.copy_plan_path(*table, state.gen).parent.delete_tree()
         self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
                  "made during the copy applied; streaming it from here")
 
@@ -494,6 +493,4 @@ def _job_group(table: Table) -> str:
 
 
 def _delta_exists(path: str) -> bool:
-    from walspark.spark.snapshot.initial import _local
-
-    return (_local(path) / "_delta_log").is_dir()
+    return bool((location(path) / "_delta_log").list())

@@ -40,14 +40,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from walspark.protocol.lsn import format_lsn
-
-from walspark.spark.durable import write_json_durably
-from walspark.spark.snapshot.snapshot_source import CtidRange, _range
 from walspark.spark.lake.tables import quote
+from walspark.spark.snapshot.snapshot_source import CtidRange, _range
+from walspark.storage import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -92,14 +90,13 @@ class CopyPlan:
     plan_id: str
     start_version: int | None = None
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_durably(path, asdict(self))
+    def save(self, path: Location) -> None:
+        path.write_json(asdict(self))
 
     @staticmethod
-    def load(path: Path) -> CopyPlan | None:
+    def load(path: Location) -> CopyPlan | None:
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(path.read_bytes())
         except (OSError, ValueError):
             return None
         return CopyPlan(d["gen"], d["shape"], d["keys"], [_range(c) for c in d["chunks"]], d["plan_id"],
@@ -247,13 +244,12 @@ def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
 
 
 def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consistent_point: int,
-                   plan: TablePlan, catalog: list[list[Any]], path: str, plan_path: Path, gen: int,
+                   plan: TablePlan, catalog: list[list[Any]], path: str, plan_path: Location, gen: int,
                    parallelism: int, partition_rows: int, small_rows: int, say: Callable[[str], None],
                    stop: threading.Event) -> CopyOutcome:  # fmt: skip
     """Copy ``plan`` into ``path`` in waves of chunks, continuing the chunks an earlier attempt of
     the same generation committed when their shape still fits (see the module docstring)."""
     from walspark.source.connect import connect_sql
-
     from walspark.spark.snapshot.initial import SnapshotProgress, _written_rows, source_plan
     from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
 

@@ -19,10 +19,9 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
-from walspark.spark.durable import write_json_durably
 from walspark.spark.lake.tables import path_segment
+from walspark.storage import Location, state_home
 
 __all__ = ["COPIED", "COPYING", "LEFT", "READY", "SyncState", "SyncStore", "request_resnapshot"]
 
@@ -93,37 +92,36 @@ class SyncState:
 class SyncStore:
     """Reads and replaces ``state.json``; thread-safe (the sink and copy threads both write)."""
 
-    home: Path  # <target>/_walspark/tablesync
+    home: Location  # <state>/tablesync (the state folder: <target>/_walspark unless run --state says)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _states: dict[Table, SyncState] | None = field(default=None, repr=False)
 
     @classmethod
-    def for_target(cls, target: str) -> SyncStore:
-        from walspark.spark.snapshot.initial import _local
-
-        return cls(_local(target) / "_walspark" / "tablesync")
+    def for_target(cls, target: str, state: str | None = None) -> SyncStore:
+        return cls(state_home(target, state) / "tablesync")
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Location:
         return self.home / "state.json"
 
     @property
-    def requests(self) -> Path:
+    def requests(self) -> Location:
         return self.home / "requests"
 
     def pending_path(self, schema: str, table: str, gen: int) -> str:
         """The pending change log (a Delta table) of one copy generation of a table."""
-        return str(self.home / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}")
+        return (self.home / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}").uri
 
-    def copy_plan_path(self, schema: str, table: str, gen: int) -> Path:
+    def copy_plan_path(self, schema: str, table: str, gen: int) -> Location:
         """The chunk plan of one copy generation of a table (what a resumed copy continues)."""
         return self.home / "copies" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}.json"
 
     def _load(self) -> dict[Table, SyncState]:
         if self._states is None:
             states: dict[Table, SyncState] = {}
-            if self.path.exists():
-                for d in json.loads(self.path.read_text())["tables"]:
+            data = self.path.read_json()
+            if data is not None:
+                for d in data["tables"]:
                     s = SyncState.from_dict(d)
                     states[(s.schema, s.table)] = s
             self._states = states
@@ -143,8 +141,7 @@ class SyncStore:
             current = dict(self._load())
             for s in states:
                 current[(s.schema, s.table)] = s
-            self.home.mkdir(parents=True, exist_ok=True)
-            write_json_durably(self.path, {"tables": [s.to_dict() for s in current.values()]}, indent=1)
+            self.path.write_json({"tables": [s.to_dict() for s in current.values()]}, indent=1)
             self._states = current
 
     def update(self, schema: str, table: str, **changes: object) -> SyncState:
@@ -156,34 +153,30 @@ class SyncStore:
     def reset(self) -> None:
         """Forget every state and pending log: a new initial snapshot copied every table again
         (its batch ids start a new checkpoint history, so ``handed_through`` would mislead)."""
-        import shutil
-
         with self._lock:
-            shutil.rmtree(self.home / "pending", ignore_errors=True)
-            shutil.rmtree(self.home / "copies", ignore_errors=True)
-            if self.path.exists():
-                self.path.unlink()
+            (self.home / "pending").delete_tree()
+            (self.home / "copies").delete_tree()
+            self.path.delete()
             self._states = None
 
     # requests (written by ``walspark resnapshot``, consumed by the running pipeline)
 
-    def pending_requests(self) -> Iterator[tuple[Path, list[Table]]]:
-        if not self.requests.is_dir():
-            return
-        for path in sorted(self.requests.glob("*.json")):
+    def pending_requests(self) -> Iterator[tuple[Location, list[Table]]]:
+        for path in self.requests.list():
+            if not path.name.endswith(".json"):
+                continue
             try:
-                tables = [tuple(t) for t in json.loads(path.read_text())["tables"]]
+                tables = [tuple(t) for t in json.loads(path.read_bytes())["tables"]]
             except (OSError, ValueError, KeyError):
                 continue  # a file being written by hand; only renamed files count
             yield path, tables  # type: ignore[misc]
 
 
-def request_resnapshot(target: str, tables: Iterable[Table]) -> Path:
+def request_resnapshot(target: str, tables: Iterable[Table], state: str | None = None) -> Location:
     """Ask the pipeline of ``target`` to re-copy ``tables`` (durably; a running ``walspark run``
-    picks it up within its check interval, otherwise the next one does)."""
-    store = SyncStore.for_target(target)
-    store.requests.mkdir(parents=True, exist_ok=True)
+    picks it up within its check interval, otherwise the next one does). A write-once object with
+    a unique name: no two requests can overwrite each other, on any store."""
+    store = SyncStore.for_target(target, state)
     path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-    write_json_durably(path, {"tables": [list(t) for t in tables], "requested_at": time.time(),
-                              "pid": os.getpid()})  # fmt: skip
+    path.write_json({"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()})
     return path
