@@ -7,12 +7,12 @@ walsender delivers them — and prints the ratio.
 
 1. **bulk**: ``--rows`` (default 1,000,000) rows inserted in ``--txns`` large transactions into a
    published table while no pipeline runs; the slot was created before the load (SQL interface,
-   no snapshot needed: the table was empty). Then ``run_pipeline(..., once=True)`` — the code of
+   no snapshot needed: the table was empty). Then ``Pipeline(...).run_once()`` — the code of
    ``walspark run --once`` — is timed from its call to its return: staging, decoding, MERGE into
    Delta, slot confirm.
 2. **sustained**: a pgbench-like transaction (update an account, update its branch, insert a
    history row with ``clock_timestamp()``) at a fixed ``--rate`` for ``--seconds`` while
-   ``run_pipeline`` streams with a 1 s trigger. Reports the offered and applied change rates, the
+   ``Pipeline(...).start()`` streams with a 1 s trigger. Reports the offered and applied change rates, the
    lag (now minus the newest history row visible in Delta, sampled every 2 s) and the time to
    drain after the writes stop.
 
@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -62,15 +62,15 @@ def recvlogical(pg: EmbeddedPostgres, dsn: str, slot: str, publication: str, end
     return time.perf_counter() - started
 
 
-def pipeline_settings(dsn: str, publication: str, slot: str, target: str, **kw: Any):  # type: ignore[no-untyped-def]
-    from walspark.cli.run import RunSettings
+def pipeline(spark: SparkSession, dsn: str, publication: str, slot: str, target: str):  # type: ignore[no-untyped-def]
+    """The pipeline of ``walspark run`` (:class:`walspark.Pipeline`), its lines to the log."""
+    from walspark import Pipeline
 
-    return RunSettings(dsn, publication, slot, target, **kw)
+    return Pipeline(spark, dsn=dsn, publication=publication, slot=slot, target=target).on_progress(log)
 
 
 def warm_up(spark: SparkSession, dsn: str, tmp: str) -> None:
     """A tiny pipeline through every stage, so no timed figure pays Spark's or Delta's first use."""
-    from walspark.cli.run import run_pipeline
     from walspark.source.slots import create_slot
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -79,7 +79,7 @@ def warm_up(spark: SparkSession, dsn: str, tmp: str) -> None:
         create_slot(conn, "warm_slot")
         conn.execute("INSERT INTO warm SELECT g, 'v' || g FROM generate_series(1, 5000) g")
         conn.execute("UPDATE warm SET v = 'w' WHERE id % 3 = 0")
-    run_pipeline(spark, pipeline_settings(dsn, "warm_pub", "warm_slot", f"{tmp}/warm", once=True), say=log)
+    pipeline(spark, dsn, "warm_pub", "warm_slot", f"{tmp}/warm").run_once()
 
 
 @dataclass
@@ -97,7 +97,6 @@ class Row:
 
 def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: int, txns: int) -> list[Row]:
     """The bulk load: walspark run --once vs pg_recvlogical over the same 1M-row backlog."""
-    from walspark.cli.run import run_pipeline
     from walspark.source.slots import create_slot
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -118,7 +117,7 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     log(f"bulk: pg_recvlogical {server:.1f} s; now walspark run --once")
     target = f"{tmp}/bulk"
     started = time.perf_counter()
-    run_pipeline(spark, pipeline_settings(dsn, "bulk_pub", "bulk_slot", target, once=True), say=log)
+    pipeline(spark, dsn, "bulk_pub", "bulk_slot", target).run_once()
     seconds = time.perf_counter() - started
     landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
     if landed != rows:
@@ -160,7 +159,7 @@ class Bench:
 
 def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rate: float, seconds: float,
               trigger: float) -> tuple[list[Row], dict[str, float]]:  # fmt: skip
-    """The streaming scenario: fixed-rate writes while run_pipeline streams; lag sampled from Delta."""
+    """The streaming scenario: fixed-rate writes while the pipeline streams; lag sampled from Delta."""
     from walspark.source.slots import create_slot
 
     accounts = 100_000
@@ -173,12 +172,11 @@ def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rat
         conn.execute("INSERT INTO branches SELECT g, 0, '' FROM generate_series(1, 10) g")
         conn.execute("INSERT INTO accounts SELECT g, 1 + g %% 10, 0, '' FROM generate_series(1, %s) g", (accounts,))
         conn.execute("CREATE PUBLICATION bench_pub FOR TABLE branches, accounts, history")
-    # The initial rows go through the snapshot (run_pipeline creates the slot), untimed: the
+    # The initial rows go through the snapshot (the pipeline creates the slot), untimed: the
     # figure is about the stream. pg_recvlogical's slot is created once the snapshot is done.
     target = f"{tmp}/sustained"
-    settings = pipeline_settings(dsn, "bench_pub", "bench_slot", target, trigger_seconds=trigger)
-    runner_error: list[BaseException] = []
-    thread = start_pipeline(spark, settings, log, timeout=600, failures=runner_error)
+    handle = start_pipeline(pipeline(spark, dsn, "bench_pub", "bench_slot", target).trigger_seconds(trigger),
+                            timeout=600)  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         create_slot(conn, "bench_recv")
     log(f"sustained: streaming; writing {rate:g} txn/s for {seconds:g} s")
@@ -201,13 +199,11 @@ def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rat
     log("sustained: writes done; waiting for the pipeline to drain")
     deadline = time.monotonic() + 900
     while _count(spark, history_path) < source_history:
-        if runner_error or time.monotonic() > deadline:
-            raise SystemExit(f"sustained: the pipeline did not drain: {runner_error}")
+        if not handle.is_active or time.monotonic() > deadline:
+            raise SystemExit(f"sustained: the pipeline did not drain: {handle.exception or handle.status()}")
         time.sleep(0.5)
     drained_at = time.perf_counter()
-    for query in spark.streams.active:
-        query.stop()
-    thread.join(120)
+    handle.stop(timeout=120)
     changes = 3 * writer.transactions
     server = recvlogical(pg, dsn, "bench_recv", "bench_pub", endpos)
     rows = [

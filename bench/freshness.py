@@ -4,7 +4,7 @@ Why: throughput says how much walspark can carry; freshness says how old the dat
 the Delta table sees is, which is what a CDC user feels. A writer commits ``--rate`` single-row
 transactions per second (default 20) into a published table whose ``at`` column is
 ``clock_timestamp()`` (taken inside the transaction, a hair before its commit), while
-``run_pipeline`` — the code of ``walspark run`` — streams with a ``--trigger`` of 0.5 s. A sampler
+``walspark.Pipeline`` — the code of ``walspark run`` — streams with a ``--trigger`` of 0.5 s. A sampler
 reads the Delta table every ``--sample`` seconds (0.5) with plain Spark for rows it has not seen
 yet; a row's latency is the time it was first seen minus its ``at``. Both clocks are this host's.
 
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     args = parser.parse_args()
 
-    from walspark.cli.run import RunSettings
+    from walspark import Pipeline
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.source.slots import create_slot
     from walspark.spark.session import spark_session
@@ -78,9 +78,10 @@ def main() -> None:
             create_slot(conn, "fresh_slot")  # the table is empty: no snapshot needed
         spark = spark_session("walspark-bench-freshness", master=args.master)
         target = f"{tmp}/lake"
-        settings = RunSettings(dsn, "fresh_pub", "fresh_slot", target, trigger_seconds=args.trigger)
+        pipeline = (Pipeline(spark, dsn=dsn, publication="fresh_pub", slot="fresh_slot", target=target)
+                    .trigger_seconds(args.trigger).on_progress(log))  # fmt: skip
         failures: list[BaseException] = []
-        start_pipeline(spark, settings, log, timeout=300, failures=failures)
+        handle = start_pipeline(pipeline, timeout=300)
         log(f"streaming; writing {args.rate:g} txn/s for {args.seconds:g} s, sampling Delta every {args.sample:g} s")
         done = threading.Event()
         threading.Thread(target=writer, args=(dsn, args.rate, args.seconds, done, failures), daemon=True).start()
@@ -101,6 +102,8 @@ def main() -> None:
                 seen[row_id] = now - micros / 1e6
                 commit_at[row_id] = micros / 1e6
                 last_id = max(last_id, row_id)
+            if handle.exception is not None:
+                failures.append(handle.exception)
             if failures:
                 raise SystemExit(f"failed: {failures[0]!r}")
             if done.is_set():
@@ -112,8 +115,7 @@ def main() -> None:
                 if time.monotonic() - drained_after > 300:
                     raise SystemExit("the pipeline did not deliver every row within 300 s")
             time.sleep(max(0.0, args.sample - (time.monotonic() - tick)))
-        for query in spark.streams.active:
-            query.stop()
+        handle.stop(timeout=120)
         spark.stop()
     kept = [lat for rid, lat in seen.items() if commit_at[rid] >= started + args.warm]
     print("| rate (txn/s) | trigger (s) | sample (s) | rows measured | p50 (s) | p95 (s) | max (s) |")

@@ -1,3 +1,24 @@
-"""walspark: PostgreSQL logical replication (pgoutput) into Delta Lake tables through Spark."""
+"""walspark: PostgreSQL logical replication (pgoutput) into Delta Lake tables through Spark.
+
+``walspark.Pipeline`` is the library form of ``walspark run`` (see :mod:`walspark.pipeline`);
+it is imported on first use, so ``import walspark`` stays cheap (no PySpark).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__"]
+
+if TYPE_CHECKING:
+    from walspark.pipeline import Pipeline, PipelineHandle, PipelineStatus, RunSummary
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary"):
+        import walspark.pipeline
+
+        return getattr(walspark.pipeline, name)
+    raise AttributeError(f"module 'walspark' has no attribute {name!r}")

@@ -164,7 +164,7 @@ def test_two_truncates_of_one_table_in_one_batch(spark, pg18_dsn, tmp_path):
     (Once a bug: the batch's truncates were sorted as unorderable objects, and every replay of
     the batch failed, so the pipeline could never pass it.)
     """
-    from walspark.cli.run import RunSettings, run_pipeline
+    from walspark.pipeline import RunSettings, run_pipeline
 
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")

@@ -34,9 +34,9 @@ def demo(target: Path, seconds: float, rate: float, keep_running: bool) -> None:
     """
     import psycopg
 
-    from walspark.cli.run import RunSettings, run_pipeline
     from walspark.demo import PUBLICATION, SLOT, Workload, compare, create_shop
     from walspark.embedded.postgres import EmbeddedPostgres
+    from walspark.pipeline import Pipeline
     from walspark.spark.session import spark_session
 
     started = time.monotonic()
@@ -55,21 +55,25 @@ def demo(target: Path, seconds: float, rate: float, keep_running: bool) -> None:
         say(f"workload running (~{rate:.0f} transactions/s); starting Spark with Delta Lake")
         spark = spark_session("walspark-demo")
         try:
-            once = RunSettings(dsn, PUBLICATION, SLOT, str(target), once=True)
-            run_pipeline(spark, once, say=say)  # the snapshot (taken while the workload writes), then catch up
+            pipeline = Pipeline(spark, dsn=dsn, publication=PUBLICATION, slot=SLOT, target=str(target)).on_progress(say)
+            pipeline.run_once()  # the snapshot (taken while the workload writes), then catch up
             if keep_running:
                 say("streaming until Ctrl-C")
-                run_pipeline(spark, RunSettings(dsn, PUBLICATION, SLOT, str(target), trigger_seconds=1.0), say=say)
+                handle = pipeline.trigger_seconds(1.0).start()
+                try:
+                    handle.await_termination()
+                except KeyboardInterrupt:
+                    handle.stop()
             else:
                 # Micro-batches while the workload goes on: each run applies what was committed
                 # when it started and exits cleanly (never interrupted mid-batch).
                 until = time.monotonic() + seconds
                 while time.monotonic() < until:
-                    run_pipeline(spark, once, say=say)
+                    pipeline.run_once()
                     say(f"applied up to now ({workload.transactions} source transactions so far)")
             workload.stop()
             say(f"workload stopped after {workload.transactions} transactions; applying the rest")
-            run_pipeline(spark, once, say=say)
+            pipeline.run_once()
             with psycopg.connect(dsn) as conn:
                 results = compare(conn, spark, str(target))
         finally:

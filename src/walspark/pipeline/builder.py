@@ -1,0 +1,176 @@
+"""``walspark.Pipeline``: the library form of ``walspark run``, for notebooks and programs.
+
+A builder in the style of Delta's Python builders (``DeltaTable.merge(...).whenMatched...``):
+the constructor takes what every run needs, chainable methods add options, and a terminal call
+runs it — :meth:`Pipeline.run_once` (``walspark run --once``: apply what is committed now, then
+return) or :meth:`Pipeline.start` (stream in a background thread; returns a
+:class:`~walspark.pipeline.handle.PipelineHandle`). Both run the preflight checks first, in the
+caller's thread, so a wrong name fails at once with the same message the CLI prints, and
+nothing (slot, snapshot, files) is created before they pass.
+
+The library never installs signal handlers and never stops the SparkSession it is given: a
+notebook keeps its session; the CLI wires SIGTERM/Ctrl-C to the handle's ``stop`` itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from walspark.pipeline.handle import PipelineHandle, run_tracked
+from walspark.pipeline.preflight import check_settings, preflight
+from walspark.pipeline.settings import RunSettings, StopSwitch
+from walspark.pipeline.status import RunSummary, Tracker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["Pipeline"]
+
+log = logging.getLogger("walspark.pipeline")
+
+
+def _log_line(text: str) -> None:
+    log.info("%s", text)
+
+
+class Pipeline:
+    """Replicate a publication's tables into Delta tables under ``target``, exactly once.
+
+    >>> pipeline = Pipeline(spark, dsn=dsn, publication="shop", slot="shop_slot", target="/lake")
+    >>> pipeline.scd2("public.orders").run_once()          # snapshot if needed, then catch up
+    >>> handle = pipeline.on_progress(print).start()        # stream in the background
+    >>> handle.status(); handle.stop()
+
+    Every published table lands at ``<target>/<schema>/<table>``; walspark's checkpoint and
+    bookkeeping live under ``<target>/_walspark``. A slot that does not exist yet is created by
+    the initial snapshot. Option methods change this builder and return it; the settings are
+    read when ``run_once``/``start`` is called, so one builder can run again (e.g. ``start()``
+    after ``run_once()``) and resumes where the last run stopped.
+    """
+
+    def __init__(self, spark: SparkSession | None, *, dsn: str, publication: str, slot: str,
+                 target: str) -> None:  # fmt: skip
+        self._spark = spark  # None: the active session when the pipeline runs (a notebook's ``spark``)
+        self._settings = RunSettings(dsn, publication, slot, str(target))
+        self._say: Callable[[str], None] = _log_line
+        check_settings(self._settings)  # names and shapes at once; the source is asked at run time
+
+    # ------------------------------------------------------------------------------------------
+    # options (chainable)
+
+    def _set(self, **changes: object) -> Pipeline:
+        settings = replace(self._settings, **changes)  # type: ignore[arg-type]
+        check_settings(settings)
+        self._settings = settings
+        return self
+
+    def scd2(self, *tables: str) -> Pipeline:
+        """Keep history (SCD2) for these ``schema.table`` tables (added to earlier ones)."""
+        return self._set(scd2=tuple(dict.fromkeys((*self._settings.scd2, *tables))))
+
+    def app_id(self, app_id: str) -> Pipeline:
+        """Idempotence scope of the batches' Delta commits (default ``walspark-run/<slot>``)."""
+        return self._set(app_id=app_id)
+
+    def trigger_seconds(self, seconds: float) -> Pipeline:
+        """Micro-batch interval when streaming (``start``); default 1 s."""
+        return self._set(trigger_seconds=float(seconds))
+
+    def max_rows_per_batch(self, rows: int | None) -> Pipeline:
+        """Bound on change rows per micro-batch (None: no bound)."""
+        return self._set(max_rows_per_batch=rows)
+
+    def sync_check_seconds(self, seconds: float) -> Pipeline:
+        """How often tables joining or leaving the publication, and re-copy requests, are checked."""
+        return self._set(sync_check_seconds=float(seconds))
+
+    def sync_chunk_rows(self, rows: int) -> Pipeline:
+        """Rows per chunk when a table is copied while streaming (a crash resumes by chunk)."""
+        return self._set(sync_chunk_rows=int(rows))
+
+    def state(self, location: str | None) -> Pipeline:
+        """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
+        state): a folder or an object-store URI. Default ``<target>/_walspark``."""
+        return self._set(state=str(location) if location is not None else None)
+
+    def conf(self, key: str, value: object) -> Pipeline:
+        """A Spark setting the pipeline's storage reads before Spark is up (the preflight), e.g.
+        ``spark.hadoop.fs.s3a.endpoint``. A session you pass keeps its own settings: set them
+        there for Spark's writes; the CLI makes its session with these (``--conf``)."""
+        return self._set(conf={**self._settings.conf, key: str(value)})
+
+    def option(self, key: str, value: object) -> Pipeline:
+        """An option of the ``pgoutput`` data source (e.g. ``protoVersion``), as ``.option`` in Spark."""
+        return self._set(options={**self._settings.options, key: str(value)})
+
+    def session(self, spark: SparkSession) -> Pipeline:
+        """Run on this SparkSession (instead of the constructor's, or the active one)."""
+        self._spark = spark
+        return self
+
+    def on_progress(self, say: Callable[[str], None]) -> Pipeline:
+        """Where the progress lines go (one per batch, snapshot progress, restarts): e.g. ``print``.
+
+        Default: the ``walspark.pipeline`` logger at INFO.
+        """
+        self._say = say
+        return self
+
+    # ------------------------------------------------------------------------------------------
+    # running
+
+    def settings(self, *, once: bool = False) -> RunSettings:
+        """The :class:`RunSettings` of the next run (a fresh stop switch each time)."""
+        return replace(self._settings, once=once, options=dict(self._settings.options),
+                       conf=dict(self._settings.conf), stop=StopSwitch())
+
+    def check(self) -> Pipeline:
+        """Run the preflight checks now (``run_once`` and ``start`` run them too): the DSN, the
+        server's settings, the publication, the slot, the ``scd2`` tables. Needs no Spark."""
+        preflight(self.settings())
+        return self
+
+    def _session(self) -> SparkSession:
+        if self._spark is not None:
+            return self._spark
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is None:
+            raise RuntimeError("no SparkSession: pass one to Pipeline(spark, ...) or create one first "
+                               "(walspark.spark.session.spark_session() configures Delta Lake)")  # fmt: skip
+        return active
+
+    def run_once(self) -> RunSummary:
+        """Apply everything committed up to now (the initial snapshot first if needed), then return.
+
+        ``walspark run --once``: runs in the calling thread; returns the batches and change rows
+        applied and the slot position reached. Raises the failure as it is (a
+        :mod:`walspark.source.errors` class for the source's problems).
+        """
+        settings = self.settings(once=True)
+        preflight(settings)
+        tracker = Tracker()
+        tracker.phase("starting")
+        run_tracked(self._session(), settings, self._say, tracker)
+        return tracker.summary()
+
+    def start(self, *, once: bool = False) -> PipelineHandle:
+        """Check the source, then stream in a background thread until the handle's ``stop()``.
+
+        The preflight checks run here, in the caller's thread: a wrong DSN, publication or
+        ``scd2`` table raises now, before the thread starts. ``once=True``: the thread does what
+        :meth:`run_once` does and ends (Spark's ``availableNow``); ``walspark run --once`` uses
+        it so that its signals reach the handle.
+        """
+        settings = self.settings(once=once)
+        preflight(settings)
+        return PipelineHandle(self._session(), settings, self._say)._start()
+
+    def __repr__(self) -> str:
+        s = self._settings
+        return (f"Pipeline(publication={s.publication!r}, slot={s.slot!r}, target={s.target!r}"
+                f"{f', scd2={list(s.scd2)!r}' if s.scd2 else ''})")  # fmt: skip

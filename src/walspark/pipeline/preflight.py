@@ -1,0 +1,94 @@
+"""Checks that run before anything starts: no Spark job, no slot, no file is touched first.
+
+Everything about the source and the options that can fail without Spark is checked here, so a
+wrong DSN, publication or table name costs a second and one clear error, not a half-started
+pipeline (and, from the CLI, not thirty seconds of JVM start-up).
+"""
+
+from __future__ import annotations
+
+from walspark.pipeline.settings import RunSettings
+
+__all__ = ["check_scd2_tables", "check_settings", "needs_snapshot", "preflight"]
+
+
+def check_settings(settings: RunSettings) -> None:
+    """The settings' own shape (no connection): a slot name PostgreSQL accepts, a target, a trigger.
+
+    Raises :class:`walspark.source.errors.OptionError` saying which option is wrong.
+    """
+    from walspark.source.errors import OptionError
+    from walspark.source.names import validate_slot_name
+    from walspark.source.publications import publication_list
+
+    if not settings.target:
+        raise OptionError("--target must be a folder (or a URI such as s3a://bucket/lake)")
+    validate_slot_name(settings.slot)
+    if not publication_list(settings.publication or ""):  # also validates each name
+        raise OptionError("--publication must name a publication")
+    if settings.trigger_seconds <= 0 or settings.sync_check_seconds <= 0:
+        raise OptionError("--trigger-seconds and --sync-check-seconds must be positive")
+    if settings.max_rows_per_batch is not None and settings.max_rows_per_batch < 1:
+        raise OptionError("--max-rows-per-batch must be at least 1")
+    if settings.sync_chunk_rows < 1:
+        raise OptionError("--sync-chunk-rows must be at least 1")
+
+
+def preflight(settings: RunSettings) -> None:
+    """Everything about the source and the options that can fail without Spark, checked first.
+
+    Names, the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
+    the publication, and — when this run will take the initial snapshot — SELECT on the
+    published tables. ``--scd2`` tables must be published (a typo would otherwise silently keep
+    a mirror). Raises the :mod:`walspark.source.errors` class that says what to do.
+    """
+    from walspark.source.preflight import check_source
+    from walspark.spark.snapshot.initial import read_record
+    from walspark.storage import StorageSettings, state_home
+
+    check_settings(settings)
+    home = state_home(settings.target, settings.state, StorageSettings.resolve(settings.conf))  # Spark may not be up yet
+    record = read_record(settings.target, home)
+    unfinished = record is not None and record.slot == settings.slot and not record.complete
+    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot)
+    if unfinished or not check.slot_exists:
+        check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
+    if settings.scd2:
+        check_scd2_tables(settings)
+
+
+def check_scd2_tables(settings: RunSettings) -> None:
+    """Every ``--scd2`` table must be published by one of the ``--publication`` list's publications.
+
+    ``--publication`` is a comma-separated list (:func:`publication_list`, as the stream and the
+    snapshot read it); the tables streamed are the union of the publications' tables.
+    """
+    from walspark.source.connect import connect_sql
+    from walspark.source.errors import OptionError
+    from walspark.source.publications import get_publication, publication_list
+
+    names = publication_list(settings.publication)
+    published: set[str] = set()
+    with connect_sql(settings.dsn) as conn:
+        for name in names:
+            info = get_publication(conn, name)
+            published.update(info.tables if info is not None else ())
+    which = f"publication {names[0]!r}" if len(names) == 1 else "publications " + ", ".join(repr(n) for n in names)
+    for table in settings.scd2:
+        if table not in published:
+            raise OptionError(f"--scd2 {table!r} is not a table of {which} "
+                              f"(their tables: {', '.join(sorted(published)) or 'none'}); use schema.table")
+
+
+def needs_snapshot(settings: RunSettings) -> bool:
+    """A missing slot, or a snapshot of this slot that did not complete, means (re)snapshot."""
+    import psycopg
+
+    from walspark.source.slots import get_slot
+    from walspark.spark.snapshot.initial import read_record
+
+    record = read_record(settings.target, settings.state)
+    if record is not None and record.slot == settings.slot and not record.complete:
+        return True
+    with psycopg.connect(settings.dsn, autocommit=True) as conn:
+        return get_slot(conn, settings.slot) is None

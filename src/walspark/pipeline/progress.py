@@ -1,0 +1,91 @@
+"""The progress lines of a running pipeline, from Spark's streaming listener.
+
+One line per micro-batch (change rows, rows/s, how far the slot lags the server) goes to the
+``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a logger. The same
+listener tells the stager that a batch reached Spark's commit log, so the slot can be confirmed.
+Spark delivers listener events for every query of the session, so only this pipeline's query
+(by name) is looked at: a notebook may run other streams beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from walspark.pipeline.status import Tracker
+
+__all__ = ["StreamProgress", "format_bytes"]
+
+log = logging.getLogger(__name__)
+
+
+class StreamProgress:
+    """One console line per micro-batch: change rows, rows/s, and how far the slot lags the server.
+
+    The lag is the server's current WAL position minus the end of the batch just committed,
+    in bytes: what is left to read. Registered as a Spark streaming listener for the query.
+    """
+
+    def __init__(self, dsn: str, say: Callable[[str], None], staging: str | None = None, *,
+                 query_name: str | None = None, tracker: Tracker | None = None) -> None:  # fmt: skip
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.dsn = dsn
+        self.say = say
+        self.staging = staging
+        self.query_name = query_name
+        self.tracker = tracker
+        progress = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+                progress.batch(event.progress)
+
+            def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+            def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+                pass
+
+        self.listener = _Listener()
+
+    def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
+        if self.query_name is not None and getattr(progress, "name", self.query_name) != self.query_name:
+            return  # another query of the session
+        if self.staging is not None:
+            try:  # the batch is in the commit log: let the stager confirm it now (note_committed_end)
+                from walspark.protocol import parse_lsn
+                from walspark.spark.datasource.staging import note_committed_end
+
+                note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
+            except Exception:
+                log.debug("could not note the committed batch end", exc_info=True)
+        rows = progress.numInputRows
+        if not rows:
+            return
+        seconds = max(progress.batchDuration / 1000.0, 1e-3)
+        lag = ""
+        try:
+            end = json.loads(progress.sources[0].endOffset)["lsn"]
+            lag_bytes = self._lag_bytes(end)
+            lag = f", slot lag {format_bytes(lag_bytes)}"
+            if self.tracker is not None:
+                self.tracker.lag(lag_bytes)
+        except Exception:
+            log.debug("could not compute the slot lag", exc_info=True)
+        self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
+                 f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
+
+    def _lag_bytes(self, end_lsn: str) -> int:
+        from walspark.source.connect import connect_sql
+
+        with connect_sql(self.dsn) as conn:
+            return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])
+
+
+def format_bytes(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(n, 0) / 1024:.0f} KiB"

@@ -1,0 +1,149 @@
+"""The streaming query of a pipeline: start it, restart it after each schema change, stop it cleanly.
+
+A schema change (a column added, dropped, renamed or retyped, a table joining the publication)
+ends the query with ``SchemaChangedError`` once every earlier change is delivered; the query is
+restarted, which declares the catalog's shape and the stream's (docs/design/pipeline.md §4), and
+the sink evolves the Delta table. Each restart must get past the transaction that stopped the
+previous query; one that stops at the same transaction again cannot, and the run ends with
+:class:`SchemaStuckError` saying which table, which change, and what to do — never a restart loop.
+A stop request (:class:`~walspark.pipeline.settings.StopSwitch`) ends the query between batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from walspark.pipeline.settings import RunSettings
+from walspark.pipeline.status import Tracker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "SchemaStuckError", "check_progress", "follow_catalog",
+           "run_queries", "stop_between_batches"]  # fmt: skip
+
+#: Restarts after schema changes before a run gives up. Each restart passes at least one
+#: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
+#: backlog with very many DDL statements in one run; the next run goes on.
+MAX_SCHEMA_RESTARTS = 1000
+
+#: How long a stop waits for the running batch to end before interrupting it.
+STOP_GRACE_SECONDS = 20.0
+
+
+class SchemaStuckError(RuntimeError):
+    """A schema change the pipeline cannot get past: the restarted query stopped at the same place."""
+
+
+def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
+                tracker: Tracker | None = None) -> int:  # fmt: skip
+    """Start the streaming query, again after each schema change; returns how many were started.
+
+    Returns early (0 starts) when a stop was requested before the first query.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.storage import current_settings
+
+    starts = 0
+    barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
+    tracker = tracker or Tracker()
+
+    def apply(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
+
+    while not settings.stop.requested.is_set():
+        starts += 1
+        options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
+                   "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
+                   **settings.options}  # fmt: skip
+        if settings.max_rows_per_batch:
+            options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
+        changes = spark.readStream.format("pgoutput").options(**options).load()
+        follow_catalog(spark, sink, changes.schema, sync.published())
+        writer = (
+            changes.writeStream.foreachBatch(apply)
+            .option("checkpointLocation", settings.checkpoint)
+            .queryName(settings.query_name)
+        )
+        writer = writer.trigger(availableNow=True) if settings.once else writer.trigger(
+            processingTime=f"{settings.trigger_seconds} seconds"
+        )
+        query = writer.start()
+        tracker.query_started()
+        if tracker.state in ("starting", "snapshot"):
+            tracker.phase("streaming")
+        settings.stop.deferred = True
+        try:
+            while not query.awaitTermination(0.5):  # short steps: a stop request is seen between them
+                if settings.stop.requested.is_set():
+                    raise KeyboardInterrupt
+        except StreamingQueryException as exc:
+            if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
+                barrier = check_progress(settings, barrier)
+                say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): restarting the "
+                    "query with the new shape")
+                continue
+            raise
+        except KeyboardInterrupt:
+            tracker.phase("stopping")
+            say("stopping (the last batch completes or is replayed on the next run)")
+            stop_between_batches(query)
+            return starts
+        finally:
+            settings.stop.deferred = False
+        if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
+            follow_catalog(spark, sink, changes.schema, sync.published(), drained=True)
+        return starts
+    return starts
+
+
+def stop_between_batches(query: Any) -> None:
+    """Stop the query when no batch runs (bounded by :data:`STOP_GRACE_SECONDS`).
+
+    Interrupting a batch is safe (it is replayed), but Spark's stream thread then unwinds through
+    the interrupted Delta and Python-worker calls, noisily; between batches it just ends.
+    """
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
+        time.sleep(0.1)
+    query.stop()
+
+
+def follow_catalog(spark: SparkSession, sink: Any, schema: Any, tables: Any, drained: bool = False) -> None:
+    """Bring the existing Delta tables to the catalog's columns (before a query, and after one that
+    drained the slot): DDL is not streamed, and a table altered but not written to since would
+    otherwise lag behind. ``tables``: the published ``(schema, table)`` pairs as the table sync
+    last read them (a table it has not seen yet is being copied, with the catalog's columns)."""
+    from walspark.spark.datasource.schema import OutputLayout
+
+    declared = OutputLayout.from_schema(schema, None).tables
+    sink.follow_catalog(spark, [(s, t, declared[f"{s}.{t}"]) for s, t in tables if f"{s}.{t}" in declared],
+                        drained=drained)  # fmt: skip
+
+
+def check_progress(settings: RunSettings, previous: Any) -> Any:
+    """The barrier the query just stopped at; :class:`SchemaStuckError` if it is where the last one was.
+
+    The stager records every shape of the stopping transaction that did not fit, and the next
+    query declares them, so a restart that stops before the same transaction again would do so
+    for ever: the shapes cannot share one schema (a column with two incompatible types inside one
+    transaction, say). Stop with what the user can do instead.
+    """
+    from walspark.protocol import format_lsn
+    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.storage import current_settings
+
+    barrier = read_barrier(settings.staging)
+    if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
+        reasons = "; ".join(sorted({f"table {t}: {r}" for t, r in (*previous.reasons, *barrier.reasons)}))
+        raise SchemaStuckError(
+            f"cannot get past the schema change in the transaction ending at {format_lsn(barrier.end_lsn)} "
+            f"({reasons}): its changes do not fit one schema. Start over from a new snapshot: drop the "
+            f"slot ('walspark slot drop --slot {settings.slot}') and run into a new --target, which copies the "
+            "tables as they are now"
+        )
+    return barrier

@@ -1,0 +1,82 @@
+"""One run of the pipeline, start to end, in the calling thread.
+
+The pipeline is one Spark streaming query: the ``pgoutput`` source (all tables) and
+:class:`walspark.spark.lake.sink.ApplyChanges` as its ``foreachBatch`` sink, with the per-table
+sync (tables joining the publication, re-copies) beside it. A slot that does not exist yet is
+created by the initial snapshot, which copies every table and hands over at the slot's
+consistent point; an existing slot streams from its ``confirmed_flush_lsn``. The source confirms
+the slot only after the sink returned (``commit(end)``), the sink's MERGEs are idempotent per
+batch, and the checkpoint lives under ``<target>/_walspark/`` — so a kill at any point and a
+restart leave the target equal to the source at some commit.
+
+This is the code of ``walspark run`` and of :class:`walspark.Pipeline`; neither adds logic of
+its own. It installs no signal handler and never stops the caller's SparkSession.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from walspark.pipeline.preflight import needs_snapshot
+from walspark.pipeline.progress import StreamProgress
+from walspark.pipeline.queries import run_queries
+from walspark.pipeline.settings import RunSettings
+from walspark.pipeline.status import Tracker
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["run_pipeline"]
+
+
+def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[str], None] = print,
+                 tracker: Tracker | None = None, on_sync: Callable[[object], None] | None = None) -> int:  # fmt: skip
+    """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt`` or
+    ``settings.stop.request()`` (from any thread: the query stops between batches).
+
+    ``tracker`` records the phases and batches for :meth:`PipelineHandle.status`; ``on_sync``
+    receives the :class:`TableSync` once it exists (the handle asks it which tables are copying).
+    """
+    from walspark.spark import register
+    from walspark.spark.lake.sink import ApplyChanges
+
+    tracker = tracker or Tracker()
+    if tracker.state == "created":
+        tracker.phase("starting")
+    register(spark)
+    if needs_snapshot(settings):
+        from walspark.spark.snapshot.initial import run_snapshot
+        from walspark.spark.snapshot.tablesync_state import SyncStore
+
+        tracker.phase("snapshot")
+        result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
+                              progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
+        tracker.snapshot_done(len(result.tables))
+        say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
+        SyncStore.for_target(settings.target, settings.state).reset()  # every table is freshly copied
+    from walspark.spark.snapshot.tablesync import TableSync
+
+    sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
+                     check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
+                     say=say, state=settings.state)  # fmt: skip
+    sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
+            .scd2(*settings.scd2).table_sync(sync))  # fmt: skip
+    sync.attach(sink)
+    if on_sync is not None:
+        on_sync(sync)
+    progress = StreamProgress(settings.dsn, say, settings.staging, query_name=settings.query_name, tracker=tracker)
+    spark.streams.addListener(progress.listener)
+    sync.start()  # tables that joined, left or are to be re-copied: before the first batch
+    try:
+        starts = run_queries(spark, settings, sink, sync, say, tracker)
+        if settings.once and not settings.stop.requested.is_set():
+            sync.finish()  # --once ends with every table copied and handed off to the stream
+    finally:
+        sync.stop()
+        spark.streams.removeListener(progress.listener)
+    sink.flush()  # the last batch's progress rows, written in the background
+    from walspark.spark.datasource.two_phase import release_committed_prepared
+
+    release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
+    return starts

@@ -1,0 +1,160 @@
+"""What a running (or finished) pipeline has done so far, readable from any thread.
+
+The pipeline thread records as it goes (phase, each applied batch, the slot lag); a caller in
+another thread — a notebook cell, the CLI, a benchmark — reads a frozen :class:`PipelineStatus`
+at any time, and ``run_once`` returns a :class:`RunSummary`. Batches are recorded by the sink
+wrapper right after they are applied (synchronously), not from Spark's listener events, which
+arrive late and are shared by every query of the session.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker"]
+
+#: The phases a pipeline goes through, in order (``failed`` can follow any of them).
+PHASES = ("created", "starting", "snapshot", "streaming", "stopping", "stopped", "finished", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStatus:
+    """One reading of a pipeline's state.
+
+    ``state``: one of :data:`PHASES`. ``slot_position``: the highest commit LSN applied so far
+    (``"X/Y"``), which the slot is confirmed to once Spark's commit log has the batch.
+    ``tables_copying``: tables being copied beside the stream (joined the publication, or a
+    ``walspark resnapshot``). ``error``: the one-line reason when ``state == "failed"``.
+    """
+
+    state: str
+    batches: int = 0
+    rows: int = 0
+    last_batch_id: int | None = None
+    last_batch_rows: int | None = None
+    slot_position: str | None = None
+    slot_lag_bytes: int | None = None
+    query_starts: int = 0
+    snapshot_tables: int | None = None
+    tables_copying: tuple[str, ...] = ()
+    error: str | None = None
+    started_at: float | None = None
+    updated_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.state in ("starting", "snapshot", "streaming", "stopping")
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """What one ``run_once`` did: batches and change rows applied, where the slot now stands."""
+
+    batches: int
+    rows: int
+    last_batch_id: int | None
+    slot_position: str | None
+    query_starts: int
+    snapshot_tables: int | None
+    seconds: float
+    rows_by_table: dict[str, int] = field(default_factory=dict)
+
+
+class Tracker:
+    """The mutable, lock-guarded record the pipeline thread writes and readers copy out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = "created"
+        self._batches = 0
+        self._rows = 0
+        self._by_table: dict[str, int] = {}
+        self._last_id: int | None = None
+        self._last_rows: int | None = None
+        self._position: int | None = None
+        self._lag: int | None = None
+        self._starts = 0
+        self._snapshot_tables: int | None = None
+        self._error: str | None = None
+        self._started: float | None = None
+        self._updated: float | None = None
+        self._monotonic_start = time.monotonic()
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def phase(self, state: str) -> None:
+        assert state in PHASES, state
+        with self._lock:
+            if state == "starting":
+                self._started = time.time()
+                self._monotonic_start = time.monotonic()
+            self._state = state
+            self._updated = time.time()
+
+    def failed(self, error: str) -> None:
+        with self._lock:
+            self._state, self._error, self._updated = "failed", error, time.time()
+
+    def snapshot_done(self, tables: int) -> None:
+        with self._lock:
+            self._snapshot_tables = tables
+
+    def query_started(self) -> None:
+        with self._lock:
+            self._starts += 1
+
+    def batch_applied(self, batch_id: int, results: Any) -> None:
+        """Count a batch the sink applied; ``results``: its :class:`ApplyResult` list (or None)."""
+        rows = 0
+        position = None
+        by_table: dict[str, int] = {}
+        for result in results or ():
+            if getattr(result, "skipped", False):
+                continue
+            rows += result.rows
+            key = f"{result.schema}.{result.table}"
+            by_table[key] = by_table.get(key, 0) + result.rows
+            if result.commit_lsn is not None:
+                position = max(position or 0, result.commit_lsn)
+        with self._lock:
+            self._batches += 1
+            self._rows += rows
+            for key, n in by_table.items():
+                self._by_table[key] = self._by_table.get(key, 0) + n
+            self._last_id, self._last_rows = batch_id, rows
+            if position is not None:
+                self._position = max(self._position or 0, position)
+            self._updated = time.time()
+
+    def lag(self, lag_bytes: int) -> None:
+        with self._lock:
+            self._lag = lag_bytes
+
+    def status(self, tables_copying: tuple[str, ...] = ()) -> PipelineStatus:
+        from walspark.protocol import format_lsn
+
+        with self._lock:
+            return PipelineStatus(
+                state=self._state, batches=self._batches, rows=self._rows, last_batch_id=self._last_id,
+                last_batch_rows=self._last_rows,
+                slot_position=None if self._position is None else format_lsn(self._position),
+                slot_lag_bytes=self._lag, query_starts=self._starts, snapshot_tables=self._snapshot_tables,
+                tables_copying=tables_copying, error=self._error, started_at=self._started,
+                updated_at=self._updated,
+            )  # fmt: skip
+
+    def summary(self) -> RunSummary:
+        from walspark.protocol import format_lsn
+
+        with self._lock:
+            return RunSummary(
+                batches=self._batches, rows=self._rows, last_batch_id=self._last_id,
+                slot_position=None if self._position is None else format_lsn(self._position),
+                query_starts=self._starts, snapshot_tables=self._snapshot_tables,
+                seconds=time.monotonic() - self._monotonic_start, rows_by_table=dict(self._by_table),
+            )  # fmt: skip

@@ -1,0 +1,152 @@
+"""``walspark.Pipeline``: the library form of ``walspark run``, as a notebook uses it.
+
+Real PostgreSQL 18 and the suite's Spark session: ``run_once`` (snapshot, then changes),
+``start`` / ``status`` / ``stop`` and a resumed second start (no batch applied twice), errors
+raised with the CLI's message, and the builder's own checks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+import pytest
+
+from tests.scenarios.support import assert_matches_publication, run_once
+
+pytestmark = pytest.mark.spark
+
+
+def _shop(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY, qty int, note text)")
+        conn.execute("CREATE TABLE customers (id int PRIMARY KEY, name text)")
+        conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(1, 200) g")
+        conn.execute("INSERT INTO customers SELECT g, 'c' || g FROM generate_series(1, 20) g")
+        conn.execute("CREATE PUBLICATION shop FOR TABLE orders, customers")
+
+
+def _pipeline(spark, dsn: str, target: str):  # type: ignore[no-untyped-def]
+    from walspark import Pipeline
+
+    lines: list[str] = []
+    return Pipeline(spark, dsn=dsn, publication="shop", slot="shop_slot", target=target).on_progress(lines.append)
+
+
+def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    pipeline = _pipeline(spark, pg18_dsn, target)
+    first = pipeline.run_once()
+    assert first.snapshot_tables == 2
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE orders SET qty = qty + 1 WHERE id <= 50")
+        conn.execute("DELETE FROM orders WHERE id > 190")
+        conn.execute("INSERT INTO orders VALUES (1000, 1, 'new')")
+        second = pipeline.run_once()
+        assert second.snapshot_tables is None, "the slot exists: no second snapshot"
+        assert second.rows == 50 + 10 + 1 and second.batches >= 1, second
+        assert second.rows_by_table == {"public.orders": 61}, second
+        assert second.slot_position is not None
+        assert_matches_publication(conn, spark, target, "shop", context="after run_once")
+
+
+def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    pipeline = _pipeline(spark, pg18_dsn, target).trigger_seconds(0.5).sync_check_seconds(1.0)
+    handle = pipeline.start()
+    try:
+        _wait(lambda: handle.status().state == "streaming", handle, "streaming")
+        assert handle.status().snapshot_tables == 2
+        with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO orders SELECT g, 1, 'live' FROM generate_series(201, 260) g")
+            _wait(lambda: handle.status().rows >= 60, handle, "the live rows applied")
+            status = handle.status()
+            assert status.active and status.batches >= 1 and status.last_batch_id is not None, status
+            assert status.slot_position is not None, status
+            assert_matches_publication(conn, spark, target, "shop", context="while streaming")
+    finally:
+        started = time.monotonic()
+        assert handle.stop(timeout=120)
+    assert time.monotonic() - started < 60, "stop took too long"
+    assert not handle.is_active and handle.status().state == "stopped"
+    assert handle.await_termination(0) is True
+    assert not [q for q in spark.streams.active if q.name == "walspark-run-shop_slot"]
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE orders SET qty = 99 WHERE id > 250")
+        conn.execute("INSERT INTO customers VALUES (21, 'late')")
+    again = pipeline.start()  # resumes from the checkpoint and the slot: no snapshot, no doubles
+    try:
+        _wait(lambda: again.status().rows >= 11, again, "the resumed run's rows")
+        assert again.status().snapshot_tables is None
+    finally:
+        assert again.stop(timeout=120)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        assert_matches_publication(conn, spark, target, "shop", context="after the resumed run")
+    notes = [(table, json.loads(meta)["batch_id"]) for table in ("orders", "customers")
+             for (meta,) in spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/{table}`").select("userMetadata")
+             .collect() if meta and "batch_id" in json.loads(meta)]  # fmt: skip
+    assert notes, "no Delta commit carries a batch note: the no-double-apply check would be vacuous"
+    assert len(notes) == len(set(notes)), f"a batch applied twice: {sorted(notes)}"
+
+
+def _wait(condition, handle, what: str, timeout: float = 300) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if not handle.is_active:
+            handle.await_termination()  # raises the pipeline's error
+            raise AssertionError(f"the pipeline ended before {what}: {handle.status()}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {handle.status()}"
+        time.sleep(0.3)
+
+
+def test_errors_have_the_cli_message(spark, pg18_dsn, tmp_path):
+    from walspark import Pipeline
+    from walspark.cli.errors import describe
+    from walspark.source.errors import SourceError
+
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    wrong = Pipeline(spark, dsn=pg18_dsn, publication="no_such_pub", slot="s1", target=target)
+    with pytest.raises(SourceError) as once:
+        wrong.run_once()
+    with pytest.raises(SourceError) as started:
+        wrong.start()  # the preflight runs in the caller's thread: nothing starts
+    output = run_once(pg18_dsn, "no_such_pub", "s1", target, expect_exit=1)
+    assert describe(once.value, pg18_dsn) in output and "no_such_pub" in output, output
+    assert describe(started.value, pg18_dsn) == describe(once.value, pg18_dsn)
+    assert not (tmp_path / "lake").exists(), "nothing may be written before the checks pass"
+    # A failure inside the running thread comes back from await_termination.
+    handle = Pipeline(spark, dsn=pg18_dsn, publication="shop", slot="s2", target=target).start()
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        _wait(lambda: handle.status().state == "streaming", handle, "streaming")
+        conn.execute("DROP PUBLICATION shop")  # the stream's publication disappears under it
+        conn.execute("INSERT INTO orders VALUES (5000, 1, 'x')")
+    with pytest.raises(Exception) as failed:
+        assert handle.await_termination(180), "the pipeline did not fail"
+    assert handle.status().state == "failed" and handle.status().error
+    assert "shop" in describe(failed.value, pg18_dsn), describe(failed.value, pg18_dsn)
+
+
+def test_builder_checks_its_inputs(spark, pg18_dsn, tmp_path):
+    from walspark import Pipeline
+    from walspark.source.errors import InvalidName, OptionError
+
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    with pytest.raises(InvalidName, match="invalid slot name 'Bad-Slot'"):
+        Pipeline(spark, dsn=pg18_dsn, publication="shop", slot="Bad-Slot", target=target)
+    pipeline = Pipeline(spark, dsn=pg18_dsn, publication="shop", slot="ok_slot", target=target)
+    with pytest.raises(OptionError, match="--trigger-seconds"):
+        pipeline.trigger_seconds(0)
+    with pytest.raises(OptionError, match="--max-rows-per-batch"):
+        pipeline.max_rows_per_batch(0)
+    with pytest.raises(OptionError, match=r"--scd2 'public\.nope' is not a table of publication 'shop'"):
+        pipeline.scd2("public.nope").check()
+    with pytest.raises(OptionError, match=r"--scd2 'public\.nope'"):
+        pipeline.run_once()
+    assert not (tmp_path / "lake").exists()
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'ok_slot'").fetchone()[0] == 0
