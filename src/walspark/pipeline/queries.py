@@ -135,7 +135,6 @@ def check_progress(settings: RunSettings, previous: Any) -> Any:
     """
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.shapes import read_barrier
-    from walspark.storage import current_settings
 
     barrier = read_barrier(settings.staging)
     if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
