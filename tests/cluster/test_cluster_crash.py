@@ -1,0 +1,165 @@
+"""``walspark run`` on a real Spark standalone cluster: SIGKILL of the driver mid-batch, restart, exactly once.
+
+Issue 15's first acceptance line. A master and two workers run as separate processes from
+pyspark's own distribution (:mod:`tests.cluster.support`); ``walspark run --master spark://…``
+is the driver, a child process in its own process group. The shop's workload writes while the
+run takes its initial snapshot and streams; once the run streams, the driver is SIGKILLed while
+a batch is planned in the checkpoint's offset log but not yet in its commit log. The workload
+stops, the restarted driver (``--once``) catches up, and then every Delta table, read back with
+plain Spark, must equal the source row by row, and no (table, batch id) may appear twice among
+the Delta commits' batch notes (the oracle of :mod:`tests.reliability.test_crash_run`).
+
+**Nothing from the driver's disk.** The driver runs in a scratch folder of its own (working
+dir, temp files, Spark local dirs, and the Delta jars it hands to Spark with ``spark.jars``),
+which the workers cannot see where the host allows a mount namespace: executors get the jars
+from the driver's file server and everything else from the target, as on a cluster of hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from reliability.support import (
+    CrashWorkload,
+    Pipeline,
+    create_shop,
+    delta_batches,
+    mismatches,
+    repeated_batches,
+    wait_for,
+)
+from walspark.spark.session import delta_jars
+
+from .support import SRC, StandaloneCluster, can_hide_folders
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+#: Deadlines, not expectations (a JVM and two executors start in ~30 s on an idle 2-core host).
+START_TIMEOUT = 300.0
+ONCE_TIMEOUT = 300.0
+
+#: Executors as small as the shop allows: the host's memory is shared with other suites.
+EXECUTOR_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2"}
+
+_BATCH_LINE = re.compile(r"^batch (\d+): ", re.M)
+
+
+def driver_env(home: Path, conf: dict[str, str]) -> dict[str, str]:
+    """The driver's environment: every local file it makes under ``home`` (hidden from the workers),
+    Delta's jars copied there too, the worktree's walspark, and ``conf`` for its Spark session."""
+    jars = home / "jars"
+    jars.mkdir(exist_ok=True)
+    for jar in delta_jars():
+        shutil.copy2(jar, jars / jar.name)
+    for sub in ("tmp", "local", "warehouse"):
+        (home / sub).mkdir(exist_ok=True)
+    submit = " ".join(f"--conf {key}={value}" for key, value in conf.items())
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p),
+        "PYSPARK_PYTHON": sys.executable,
+        "WALSPARK_JARS_DIR": str(jars),
+        "WALSPARK_WAREHOUSE": str(home / "warehouse"),
+        "TMPDIR": str(home / "tmp"),
+        "SPARK_LOCAL_DIRS": str(home / "local"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell",
+    }
+
+
+def _batch_ids(spark, folder: str) -> set[int]:  # type: ignore[no-untyped-def]
+    """Batch ids in a checkpoint log folder, listed through Hadoop (any file system the target is on)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(folder)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        return set()
+    return {int(s.getPath().getName()) for s in fs.listStatus(path) if s.getPath().getName().isdigit()}
+
+
+def _mid_batch(spark, checkpoint: str) -> bool:  # type: ignore[no-untyped-def]
+    """A batch is planned (offset log) and not committed (commit log): a kill now lands mid-batch."""
+    return bool(_batch_ids(spark, f"{checkpoint}/offsets") - _batch_ids(spark, f"{checkpoint}/commits"))
+
+
+def _streamed_batches(pipeline: Pipeline) -> int:
+    """Batches the current run reported applied (its progress lines; they follow the snapshot)."""
+    path = pipeline.log_path
+    return len(_BATCH_LINE.findall(path.read_text(errors="replace"))) if path.exists() else 0
+
+
+def _poll(condition: Callable[[], bool], pipeline: Pipeline, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pipeline.alive():
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(params=["file"])
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The target and the Spark settings that reach it: a folder both the driver and the workers
+    see (``file``: the shared file system of a cluster)."""
+    return str(tmp_path / "lake"), {}
+
+
+@pytest.mark.timeout(600)
+def test_driver_sigkill_mid_batch_on_a_standalone_cluster(spark, pg18_dsn, tmp_path, driver_home,
+                                                          standalone_cluster: StandaloneCluster, lake):  # fmt: skip
+    """Snapshot and streaming under a live workload, the driver killed mid-batch, a restart: exactly once."""
+    target, storage_conf = lake
+    seed = int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    print(f"seed={seed} cluster={standalone_cluster.url} workers isolated from the driver's disk: "
+          f"{standalone_cluster.isolated}")  # fmt: skip
+    assert standalone_cluster.isolated or not can_hide_folders()
+    for key, value in storage_conf.items():  # the reading session reaches the target too
+        spark.sparkContext._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        create_shop(conn, customers=1000, products=200, orders=1500)
+    pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs", trigger_seconds=1.0, master=standalone_cluster.url,
+                        env=driver_env(driver_home, {**EXECUTOR_CONF, **storage_conf}), cwd=driver_home)  # fmt: skip
+    checkpoint = f"{target}/_walspark/checkpoints/{pipeline.slot}"
+    work = CrashWorkload(pg18_dsn, rate=10.0, seed=seed).start()
+    started = time.monotonic()
+    try:
+        pipeline.start()
+        wait_for(lambda: _streamed_batches(pipeline) >= 1, timeout=START_TIMEOUT,
+                 what="the snapshot and a first streamed batch", pipeline=pipeline, poll=0.2)  # fmt: skip
+        streaming = time.monotonic()
+        time.sleep(rng.uniform(0.0, 2.0))
+        landed = _poll(lambda: _mid_batch(spark, checkpoint), pipeline, timeout=60.0)
+        pipeline.kill()
+        print(f"snapshot + first batch after {streaming - started:.0f} s; driver SIGKILLed "
+              f"{'mid-batch' if landed else 'between batches'} after {time.monotonic() - streaming:.1f} s of "
+              f"streaming ({work.transactions} txns so far)")  # fmt: skip
+        assert landed, "the kill was meant to land mid-batch (a batch planned, not committed)"
+        work.stop()
+        pipeline.start(once=True)
+        code = pipeline.wait(ONCE_TIMEOUT)
+        assert code == 0, f"walspark run --once exited {code}:\n{pipeline.log_tail()}"
+    except BaseException:
+        print(standalone_cluster.log_text())
+        raise
+    finally:
+        pipeline.kill()
+        work.stop()
+    assert standalone_cluster.executor_logs(), "no executor ran on the cluster"
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        diff = mismatches(conn, spark, target)
+    assert not diff, f"Delta differs from the source: {diff}"
+    batches = delta_batches(spark, target)
+    assert batches, "no Delta commit carries a batch note: the no-double-apply check would be vacuous"
+    assert not repeated_batches(batches), f"batches applied twice: {repeated_batches(batches)}"
+    print(f"workload {work.transactions} txns, {work.truncates} truncates; {len(batches)} Delta commits with "
+          f"batch notes, none twice; {time.monotonic() - started:.0f} s from the first start")  # fmt: skip
