@@ -49,7 +49,7 @@ def can_hide_folders() -> bool:
     if shutil.which("unshare") is None:
         return False
     probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
-                           capture_output=True, timeout=30)  # fmt: skip
+                           capture_output=True, timeout=30, check=False)  # fmt: skip
     return probe.returncode == 0
 
 
@@ -140,6 +140,21 @@ def _wait_for_log(proc: subprocess.Popen[bytes], log: Path, pattern: re.Pattern[
         time.sleep(0.2)
 
 
+def _check_hidden(workers: Sequence[subprocess.Popen[bytes]], hide: Sequence[Path]) -> None:
+    """Prove the workers cannot see ``hide``: a marker file written there now is absent from their
+    view (``/proc/<pid>/root`` resolves paths in the process's own mount namespace). Executors
+    and their Python workers are the worker's children and share its namespace."""
+    for folder in hide:
+        marker = folder / ".visible-to-workers"
+        marker.write_text("the driver's disk")
+        try:
+            for proc in workers:
+                if Path(f"/proc/{proc.pid}/root{marker}").exists():
+                    raise RuntimeError(f"worker {proc.pid} sees {folder}: the driver's disk is not hidden")
+        finally:
+            marker.unlink()
+
+
 def start_cluster(base: Path, *, workers: int = 2, hide: Sequence[Path] = (), timeout: float = 180.0,
                   worker_memory: str = "1g") -> StandaloneCluster:  # fmt: skip
     """Start a master and ``workers`` workers (1 core, ``worker_memory`` each) under ``base``.
@@ -172,9 +187,12 @@ def start_cluster(base: Path, *, workers: int = 2, hide: Sequence[Path] = (), ti
             logs.append((proc, log, n))
         for proc, log, n in logs:
             _wait_for_log(proc, log, _REGISTERED, timeout=timeout, what=f"Spark worker {n}")
-    except BaseException as exc:
+        if isolated:
+            _check_hidden(cluster.processes[1:], hide)
+    except RuntimeError as exc:
         cluster.stop()
-        if isinstance(exc, RuntimeError):
-            raise RuntimeError(f"{exc}\n{cluster.log_text()}") from None
+        raise RuntimeError(f"{exc}\n{cluster.log_text()}") from None
+    except BaseException:
+        cluster.stop()
         raise
     return cluster
