@@ -23,6 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -116,33 +117,43 @@ def _poll(condition: Callable[[], bool], pipeline: Pipeline, timeout: float) -> 
     while time.monotonic() < deadline and pipeline.alive():
         if condition():
             return True
-        time.sleep(0.05)
+        time.sleep(0.1)
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Lake:
+    """Where the run writes, and what reaches it: ``driver_env`` for ``walspark run`` (the driver),
+    ``reader_conf`` (Hadoop keys) for the suite's own Spark session that reads the tables back."""
+
+    target: str
+    driver_env: dict[str, str] = field(default_factory=dict)
+    reader_conf: dict[str, str] = field(default_factory=dict)
+
+
 @pytest.fixture(params=["file"])
-def lake(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """The target and the Spark settings that reach it: a folder both the driver and the workers
-    see (``file``: the shared file system of a cluster)."""
-    return str(tmp_path / "lake"), {}
+def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Lake:
+    """``file``: a folder the driver and the workers both see (a cluster's shared file system)."""
+    return Lake(str(tmp_path / "lake"))
 
 
 @pytest.mark.timeout(600)
 def test_driver_sigkill_mid_batch_on_a_standalone_cluster(spark, pg18_dsn, tmp_path, driver_home,
-                                                          standalone_cluster: StandaloneCluster, lake):  # fmt: skip
+                                                          standalone_cluster: StandaloneCluster, lake: Lake):  # fmt: skip
     """Snapshot and streaming under a live workload, the driver killed mid-batch, a restart: exactly once."""
-    target, storage_conf = lake
+    target = lake.target
     seed = int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     print(f"seed={seed} cluster={standalone_cluster.url} workers isolated from the driver's disk: "
           f"{standalone_cluster.isolated}")  # fmt: skip
     assert standalone_cluster.isolated or not can_hide_folders()
-    for key, value in storage_conf.items():  # the reading session reaches the target too
-        spark.sparkContext._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in lake.reader_conf.items():  # the reading session reaches the target too
+        hadoop.set(key, value)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_shop(conn, customers=500, products=100, orders=600)
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs", trigger_seconds=1.0, master=standalone_cluster.url,
-                        env=driver_env(driver_home, {**EXECUTOR_CONF, **storage_conf}), cwd=driver_home)  # fmt: skip
+                        env={**driver_env(driver_home, EXECUTOR_CONF), **lake.driver_env}, cwd=driver_home)  # fmt: skip
     checkpoint = f"{target}/_walspark/checkpoints/{pipeline.slot}"
     work = CrashWorkload(pg18_dsn, rate=5.0, seed=seed, truncate_every=2000).start()
     started = time.monotonic()
