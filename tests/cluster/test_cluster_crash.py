@@ -164,9 +164,10 @@ def test_driver_sigkill_mid_batch_on_a_standalone_cluster(spark, pg18_dsn, tmp_p
         streaming = time.monotonic()
         # A batch planned and not committed; then a random part of it: its MERGEs may be in Delta.
         _poll(lambda: _pending_batch(spark, checkpoint) is not None, pipeline, timeout=120.0)
-        time.sleep(rng.uniform(0.0, 3.0))
-        pending = _pending_batch(spark, checkpoint)
+        time.sleep(rng.uniform(0.0, 3.0))  # a random point of that batch (or of the next one)
+        _poll(lambda: _pending_batch(spark, checkpoint) is not None, pipeline, timeout=120.0)
         pipeline.kill()
+        pending = _pending_batch(spark, checkpoint)  # what the dead driver left: the state at the kill
         assert pending is not None, "the kill was meant to land mid-batch (a batch planned, not committed)"
         written = sorted({table for table, batch, _ in delta_batches(spark, target) if batch == pending})
         print(f"snapshot done after {streaming - started:.0f} s; driver SIGKILLed in batch {pending} after "
