@@ -38,6 +38,7 @@ from reliability.support import (
     wait_for,
 )
 
+from walspark.demo import TABLES
 from walspark.spark.session import delta_jars
 
 from .support import SRC, StandaloneCluster, can_hide_folders
@@ -90,14 +91,37 @@ def driver_env(home: Path, conf: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _batch_ids(spark, folder: str) -> set[int]:  # type: ignore[no-untyped-def]
-    """Batch ids in a checkpoint log folder, listed through Hadoop (any file system the target is on)."""
+def _listing(spark, folder: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """File name -> Hadoop path of a folder's files, through Hadoop (any file system the target is on)."""
     jvm = spark.sparkContext._jvm
     path = jvm.org.apache.hadoop.fs.Path(folder)
     fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(path):
-        return set()
-    return {int(s.getPath().getName()) for s in fs.listStatus(path) if s.getPath().getName().isdigit()}
+        return {}
+    return {status.getPath().getName(): status.getPath() for status in fs.listStatus(path)}
+
+
+def _batch_ids(spark, folder: str) -> set[int]:  # type: ignore[no-untyped-def]
+    """Batch ids in a checkpoint log folder."""
+    return {int(name) for name in _listing(spark, folder) if name.isdigit()}
+
+
+def _merged_in_delta(spark, target: str, batch: int) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a shop table's newest Delta commits carry ``batch``'s note: the batch's MERGE is in
+    Delta while the checkpoint has not committed it — the window where a replay must skip it."""
+    jvm = spark.sparkContext._jvm
+    needle = f'\\"batch_id\\": {batch},'
+    for table in TABLES:
+        commits = sorted((name, path) for name, path in _listing(spark, f"{target}/shop/{table}/_delta_log").items()
+                         if name.endswith(".json"))  # fmt: skip
+        for _, path in commits[-2:]:
+            stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+            try:
+                if needle in jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"):
+                    return True
+            finally:
+                stream.close()
+    return False
 
 
 def _pending_batch(spark, checkpoint: str) -> int | None:  # type: ignore[no-untyped-def]
@@ -164,8 +188,12 @@ def test_driver_sigkill_mid_batch_on_a_standalone_cluster(spark, pg18_dsn, tmp_p
         streaming = time.monotonic()
         # A batch planned and not committed; then a random part of it: its MERGEs may be in Delta.
         _poll(lambda: _pending_batch(spark, checkpoint) is not None, pipeline, timeout=120.0)
-        time.sleep(rng.uniform(0.0, 3.0))  # a random point of that batch (or of the next one)
-        _poll(lambda: _pending_batch(spark, checkpoint) is not None, pipeline, timeout=120.0)
+        if rng.random() < 0.5:  # a random point of that batch (or of the next one)
+            time.sleep(rng.uniform(0.0, 3.0))
+            _poll(lambda: _pending_batch(spark, checkpoint) is not None, pipeline, timeout=120.0)
+        else:  # once a MERGE of the planned batch is in Delta (a random delay seldom hits that window)
+            _poll(lambda: (batch := _pending_batch(spark, checkpoint)) is not None
+                  and _merged_in_delta(spark, target, batch), pipeline, timeout=120.0)  # fmt: skip
         pipeline.kill()
         pending = _pending_batch(spark, checkpoint)  # what the dead driver left: the state at the kill
         assert pending is not None, "the kill was meant to land mid-batch (a batch planned, not committed)"
