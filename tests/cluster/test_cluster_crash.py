@@ -155,7 +155,8 @@ class Lake:
     reader_conf: dict[str, str] = field(default_factory=dict)
 
 
-#: ``s3`` only in CI: the file-system form (``file``) costs as much again and proves less.
+#: Which targets run (comma-separated): ``file`` until the storage module is merged, then ``s3``
+#: alone (the acceptance form; ``file`` costs as much again and proves less).
 LAKES = os.environ.get("WALSPARK_CLUSTER_LAKES", "file").split(",")
 
 
