@@ -45,9 +45,10 @@ from .support import SRC, StandaloneCluster, can_hide_folders
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-#: Deadlines, not expectations (a JVM and two executors start in ~30 s on an idle 2-core host).
+#: Deadlines, not expectations: on a 2-core host shared with other suites (load average 15) the
+#: catch-up run took 290 s.
 START_TIMEOUT = 300.0
-ONCE_TIMEOUT = 300.0
+ONCE_TIMEOUT = 500.0
 
 #: Executors as small as the shop allows: the host's memory is shared with other suites.
 EXECUTOR_CONF = {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2"}
@@ -177,7 +178,7 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Lake:
     return Lake(f"s3a://{bucket}/lake", driver_env=endpoint.env, reader_conf=per_bucket)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_driver_sigkill_mid_batch_on_a_standalone_cluster(spark, pg18_dsn, tmp_path, driver_home,
                                                           standalone_cluster: StandaloneCluster, lake: Lake):  # fmt: skip
     """Snapshot and streaming under a live workload, the driver killed mid-batch, a restart: exactly once."""
