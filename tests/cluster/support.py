@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,11 +46,14 @@ def spark_home() -> Path:
 
 
 def can_hide_folders() -> bool:
-    """Whether this host lets an unprivileged process make a user + mount namespace (``unshare -rm``)."""
+    """Whether this host lets this process make a user + mount namespace (``unshare -rm``) and
+    mount a tmpfs in it (the mount stays private to the namespace)."""
     if shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
-                           capture_output=True, timeout=30, check=False)  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                                f"mount -t tmpfs -o size=1m walspark-probe {shlex.quote(folder)}"],
+                               capture_output=True, timeout=30, check=False)  # fmt: skip
     return probe.returncode == 0
 
 
