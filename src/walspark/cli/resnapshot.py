@@ -1,6 +1,6 @@
 """``walspark resnapshot``: re-copy tables of a running (or the next) ``walspark run``.
 
-A thin command over :func:`walspark.spark.snapshot.tablesync_state.request_resnapshot`: it writes a
+A thin command over :func:`walspark.spark.tablesync_state.request_resnapshot`: it writes a
 request under ``<target>/_walspark/tablesync/requests/``; the pipeline of that target picks it up
 at its next check (``--sync-check-seconds``) or its next start, copies each table inside a new
 exported snapshot while the other tables keep streaming, and hands it over to the stream with
@@ -24,8 +24,8 @@ def resnapshot(target: str, tables: tuple[str, ...]) -> None:
     from pathlib import Path
 
     from walspark.source.errors import OptionError
-    from walspark.spark.datasource.schema import parse_table_name
-    from walspark.spark.snapshot.tablesync_state import request_resnapshot
+    from walspark.spark.schema import parse_table_name
+    from walspark.spark.tablesync_state import request_resnapshot
 
     if not (Path(target) / "_walspark").is_dir():
         raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "

@@ -5,7 +5,7 @@ created by the initial snapshot (``walspark snapshot``), which copies every tabl
 at the slot's consistent point; an existing slot streams from its ``confirmed_flush_lsn``.
 
 The pipeline is one Spark streaming query: the ``pgoutput`` source (all tables) and
-:class:`walspark.spark.lake.apply.ApplyChanges` as its ``foreachBatch`` sink. The source confirms
+:class:`walspark.spark.apply.ApplyChanges` as its ``foreachBatch`` sink. The source confirms
 the slot only after the sink returned (``commit(end)``), the sink's MERGEs are idempotent per
 batch, and the checkpoint lives under ``<target>/_walspark/`` — so a kill at any point and a
 restart leave the target equal to the source at some commit.
@@ -107,7 +107,7 @@ def _needs_snapshot(settings: RunSettings) -> bool:
     import psycopg
 
     from walspark.source.slots import get_slot
-    from walspark.spark.snapshot.initial import read_record
+    from walspark.spark.snapshot import read_record
 
     record = read_record(settings.target)
     if record is not None and record.slot == settings.slot and not record.complete:
@@ -152,7 +152,7 @@ class StreamProgress:
         if self.staging is not None:
             try:  # the batch is in the commit log: let the stager confirm it now (note_committed_end)
                 from walspark.protocol import parse_lsn
-                from walspark.spark.datasource.staging import note_committed_end
+                from walspark.spark.staging import note_committed_end
 
                 note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
             except Exception:
@@ -185,19 +185,19 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
     """Run the pipeline; returns the number of query (re)starts. Stops on ``KeyboardInterrupt`` or
     ``settings.stop.request()`` (from any thread: the query stops between batches)."""
     from walspark.spark import register
-    from walspark.spark.lake.apply import ApplyChanges
+    from walspark.spark.apply import ApplyChanges
 
     register(spark)
     if _needs_snapshot(settings):
-        from walspark.spark.snapshot.initial import run_snapshot
+        from walspark.spark.snapshot import run_snapshot
 
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
                               progress=lambda update: say(update.line()))  # fmt: skip
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
-        from walspark.spark.snapshot.tablesync_state import SyncStore
+        from walspark.spark.tablesync_state import SyncStore
 
         SyncStore.for_target(settings.target).reset()  # every table is freshly copied
-    from walspark.spark.snapshot.tablesync import TableSync
+    from walspark.spark.tablesync import TableSync
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
@@ -216,7 +216,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say=print) -> in
         sync.stop()
         spark.streams.removeListener(progress.listener)
     sink.flush()  # the last batch's progress rows, written in the background
-    from walspark.spark.datasource.two_phase import release_committed_prepared
+    from walspark.spark.two_phase import release_committed_prepared
 
     release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
     return starts
@@ -226,7 +226,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink, sync, say) ->
     """Start the streaming query, again after each schema change; returns how many were started."""
     from pyspark.errors import StreamingQueryException
 
-    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.spark.shapes import read_barrier
 
     starts = 0
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
@@ -294,7 +294,7 @@ def _follow_catalog(spark: SparkSession, sink, schema, tables,  # type: ignore[n
     drained the slot): DDL is not streamed, and a table altered but not written to since would
     otherwise lag behind. ``tables``: the published ``(schema, table)`` pairs as the table sync
     last read them (a table it has not seen yet is being copied, with the catalog's columns)."""
-    from walspark.spark.datasource.schema import OutputLayout
+    from walspark.spark.schema import OutputLayout
 
     declared = OutputLayout.from_schema(schema, None).tables
     sink.follow_catalog(spark, [(s, t, declared[f"{s}.{t}"]) for s, t in tables if f"{s}.{t}" in declared],
@@ -310,7 +310,7 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
     transaction, say). Stop with what the user can do instead.
     """
     from walspark.protocol import format_lsn
-    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.spark.shapes import read_barrier
 
     barrier = read_barrier(settings.staging)
     if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:
@@ -382,7 +382,7 @@ def preflight(settings: RunSettings) -> None:
     """
     from walspark.source.errors import OptionError
     from walspark.source.preflight import check_source
-    from walspark.spark.snapshot.initial import read_record
+    from walspark.spark.snapshot import read_record
 
     if "/" in settings.slot or not settings.target:
         raise OptionError("--target must be a folder and --slot a slot name")

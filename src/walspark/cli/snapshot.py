@@ -38,7 +38,7 @@ def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: in
 
     with cli_errors(dsn):
         from walspark.source.preflight import check_source
-        from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS, console_progress, run_snapshot
+        from walspark.spark.snapshot import DEFAULT_PARTITION_ROWS, console_progress, run_snapshot
 
         # Before the JVM starts: names, DSN, server, wal_level, privileges, publication, SELECT.
         check_source(dsn, publications=[publication], slot=slot, snapshot=True)
