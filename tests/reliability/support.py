@@ -18,7 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,10 +193,15 @@ class Pipeline:
     """
 
     dsn: str
-    target: Path
+    target: Path | str
     logs: Path
     trigger_seconds: float = 0.5
     slot: str = SLOT
+    #: Where the driver runs: ``local[2]`` here, ``spark://…`` on a standalone cluster.
+    master: str = "local[2]"
+    #: Variables set for the child on top of this process's environment, and its working dir.
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
     runs: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -204,14 +209,20 @@ class Pipeline:
         self.runs += 1
         args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", self.dsn, "--publication", PUBLICATION,
                 "--slot", self.slot, "--target", str(self.target), "--trigger-seconds", str(self.trigger_seconds),
-                "--master", "local[2]"]  # fmt: skip
+                "--master", self.master]  # fmt: skip
         if once:
             args.append("--once")
         self.logs.mkdir(parents=True, exist_ok=True)
-        with open(self.logs / f"run-{self.runs}.log", "wb") as log:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        with open(self.log_path, "wb") as log:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                                         cwd=self.cwd)  # fmt: skip
         return self.proc
+
+    @property
+    def log_path(self) -> Path:
+        """The current (last started) run's output."""
+        return self.logs / f"run-{self.runs}.log"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -237,7 +248,7 @@ class Pipeline:
             raise AssertionError(f"walspark run did not exit within {timeout:.0f} s; see {self.log_tail()}") from None
 
     def log_tail(self, lines: int = 40) -> str:
-        path = self.logs / f"run-{self.runs}.log"
+        path = self.log_path
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
