@@ -156,9 +156,9 @@ class Lake:
     reader_conf: dict[str, str] = field(default_factory=dict)
 
 
-#: Which targets run (comma-separated): ``file`` until the storage module is merged, then ``s3``
-#: alone (the acceptance form; ``file`` costs as much again and proves less).
-LAKES = os.environ.get("WALSPARK_CLUSTER_LAKES", "file").split(",")
+#: Which targets run (comma-separated): ``s3``, the acceptance form, by default; ``file`` (a
+#: folder the driver and the workers share) on request: it costs as much again and proves less.
+LAKES = os.environ.get("WALSPARK_CLUSTER_LAKES", "s3").split(",")
 
 
 @pytest.fixture(params=LAKES)
