@@ -339,10 +339,10 @@ def _check_progress(settings: RunSettings, previous):  # type: ignore[no-untyped
               help="How often tables joining or leaving the publication and re-copy requests are checked.")
 @click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
               help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
-        sync_chunk_rows: int, master: str) -> None:  # fmt: skip
+        sync_chunk_rows: int, master: str | None) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
@@ -359,7 +359,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         previous = {sig: signal.signal(sig, settings.stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
         try:
-            spark = spark_session("walspark-run", master=master)
+            spark = spark_session("walspark-run", master=master, locations=(target,))
             if owned:
                 quiet_spark_errors(spark)
             try:
