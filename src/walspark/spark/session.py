@@ -15,7 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from walspark.spark.jars import JARS_ENV, DeltaJarsNotFound, delta_jars, delta_package, needs_s3a
+from walspark.spark.jars import (
+    JARS_ENV,
+    DeltaJarsNotFound,
+    delta_jars,
+    delta_package,
+    needs_s3a,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,6 +30,9 @@ __all__ = ["JARS_ENV", "DeltaJarsNotFound", "launched_by_spark_submit", "spark_s
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+#: Settings of the JVMs themselves: under spark-submit the driver's JVM already runs, and the
+#: executors' options (our log4j file's path among them) belong to the cluster's set-up.
+_JVM_SETTINGS = frozenset({"spark.driver.memory", "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"})
 
 
 def launched_by_spark_submit() -> bool:
@@ -77,7 +86,8 @@ def spark_session(
         # spark-submit's --master, --packages/--jars and --conf settings stand: only what it
         # left unset gets walspark's default, and the jars must already be on the class path.
         submitted = _submitted_settings()
-        settings = {key: value for key, value in settings.items() if key not in submitted}
+        settings = {key: value for key, value in settings.items()
+                    if key not in submitted and key not in _JVM_SETTINGS}
     else:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
