@@ -33,6 +33,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     cache = work / "user-cache"
     env["XDG_CACHE_HOME"] = str(cache)  # this user's cache: empty until filled below
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"  # spark-submit's master, workers and driver: loopback only
     run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS),
             str(wheel)], cwd=folder, env=env)
     done = Installed(wheel, venv, folder, env, cache, time.monotonic() - started)
@@ -50,18 +51,3 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     assert "(cache)" in listing and str(cache) in listing, listing
     return done
 
-
-@pytest.fixture(scope="session")
-def dependencies_only(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """A second venv with walspark's dependencies but not walspark (for ``--py-files``)."""
-    folder = tmp_path_factory.mktemp("deps-only")
-    venv = folder / "venv"
-    env = dict(installed.env, PATH=installed.env["PATH"].replace(str(installed.venv), str(venv), 1))
-    run_ok([sys.executable, "-m", "venv", str(venv)], cwd=folder, env=env)
-    run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(WHEELS),
-            str(installed.wheel)], cwd=folder, env=env)
-    run_ok([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "-y", "walspark"], cwd=folder, env=env)
-    done = Installed(installed.wheel, venv, folder, env, installed.cache, 0.0)
-    missing = done.run(["python", "-c", "import importlib.util as u; print(u.find_spec('walspark'))"])
-    assert missing.strip() == "None", missing
-    return done

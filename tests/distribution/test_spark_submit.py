@@ -11,7 +11,6 @@ executors that were added and the master the application ran with.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -26,10 +25,12 @@ ENTRY = "from walspark.cli.main import main\n\nmain()\n"
 
 
 def _submit(venv: Installed, jars: str, entry: Path, events: Path, dsn: str, target: Path, *extra: str) -> str:
+    """One ``walspark run --once`` as a spark-submit application (master, workers, executors on loopback)."""
     return venv.run([
         "spark-submit", "--master", "local-cluster[2,1,1024]", "--jars", jars, *extra,
         "--conf", f"spark.pyspark.python={venv.venv / 'bin' / 'python'}",
         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}",
+        "--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false",
         str(entry), "run", "--dsn", dsn, "--publication", "pub_submit", "--slot", "submit_slot",
         "--target", str(target), "--once",
     ], timeout=600)
@@ -42,11 +43,8 @@ def _applications(events: Path) -> list[list[dict]]:
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, dependencies_only: Installed,
-                                                    pg18_dsn: str, spark, tmp_path: Path) -> None:
-    """The first run from a venv with walspark installed (as on every node), the second from a
-    venv without it, walspark shipped with ``--py-files`` (the wheel under a .zip name: Spark
-    puts only .zip, .egg and .jar files on the executors' Python path)."""
+def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, pg18_dsn: str, spark,
+                                                    tmp_path: Path) -> None:
     entry = tmp_path / "walspark_job.py"
     entry.write_text(ENTRY)
     events = tmp_path / "events"
@@ -60,8 +58,6 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, depende
         conn.execute("CREATE PUBLICATION pub_submit FOR TABLE public.items")
 
     jars = installed.run(["walspark", "jars", "--spark-submit"]).split()[1]
-    shipped = tmp_path / "walspark.zip"
-    shutil.copyfile(installed.wheel, shipped)
     started = time.monotonic()
     _submit(installed, jars, entry, events, pg18_dsn, target)  # the initial snapshot, read by executor tasks
     first = time.monotonic() - started
@@ -70,7 +66,7 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, depende
         conn.execute("UPDATE public.items SET price = price + 1, tags = tags || '{u}' WHERE id % 7 = 0")
         conn.execute("DELETE FROM public.items WHERE id % 11 = 0")
     # the stream: changes since the snapshot
-    _submit(dependencies_only, jars, entry, events, pg18_dsn, target, "--py-files", str(shipped))
+    _submit(installed, jars, entry, events, pg18_dsn, target)
     print(f"\nspark-submit runs: snapshot {first:.0f}s, stream {time.monotonic() - started - first:.0f}s")
 
     with psycopg.connect(pg18_dsn) as conn:
@@ -81,7 +77,9 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, depende
     assert len(applications) == 2
     for app in applications:
         environment = next(e for e in app if e["Event"] == "SparkListenerEnvironmentUpdate")
-        assert environment["Spark Properties"]["spark.master"] == "local-cluster[2,1,1024]"
+        properties = environment["Spark Properties"]
+        assert properties["spark.master"] == "local-cluster[2,1,1024]"
+        assert properties["spark.driver.host"] == "127.0.0.1"  # loopback only (SPARK_LOCAL_IP)
         executors = {e["Executor ID"] for e in app if e["Event"] == "SparkListenerExecutorAdded"}
         assert len(executors) == 2, executors
         tasks = [e for e in app if e["Event"] == "SparkListenerTaskEnd"]
