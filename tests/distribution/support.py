@@ -44,6 +44,7 @@ class Installed:
 
 
 def run_ok(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """Run a command; fail the test with its output's tail unless it exits 0; its output."""
     done = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{list(args)[:4]} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     return done.stdout + done.stderr

@@ -79,8 +79,10 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, pg18_ds
         environment = next(e for e in app if e["Event"] == "SparkListenerEnvironmentUpdate")
         properties = environment["Spark Properties"]
         assert properties["spark.master"] == "local-cluster[2,1,1024]"
-        assert properties["spark.driver.host"] == "127.0.0.1"  # loopback only (SPARK_LOCAL_IP)
-        executors = {e["Executor ID"] for e in app if e["Event"] == "SparkListenerExecutorAdded"}
+        assert properties["spark.driver.host"] in ("127.0.0.1", "localhost")  # loopback only (SPARK_LOCAL_IP)
+        added = [e for e in app if e["Event"] == "SparkListenerExecutorAdded"]
+        executors = {e["Executor ID"] for e in added}
         assert len(executors) == 2, executors
+        assert {e["Executor Info"]["Host"] for e in added} == {"127.0.0.1"}
         tasks = [e for e in app if e["Event"] == "SparkListenerTaskEnd"]
         assert {t["Task Info"]["Executor ID"] for t in tasks} <= executors and tasks  # none on the driver
