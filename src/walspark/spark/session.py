@@ -82,9 +82,10 @@ def spark_session(
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
     }
-    if launched_by_spark_submit():
-        # spark-submit's --master, --packages/--jars and --conf settings stand: only what it
-        # left unset gets walspark's default, and the jars must already be on the class path.
+    if launched_by_spark_submit() or _jvm_running():
+        # spark-submit's (or a notebook's running context's) --master, --packages/--jars and
+        # --conf settings stand: only what they left unset gets walspark's default, and the
+        # jars must already be on the class path.
         submitted = _submitted_settings()
         settings = {key: value for key, value in settings.items()
                     if key not in submitted and key not in _JVM_SETTINGS}
@@ -109,6 +110,13 @@ def spark_session(
     from walspark.spark import register  # the pgoutput data source
     register(spark)
     return spark
+
+
+def _jvm_running() -> bool:
+    """A SparkContext already runs in this process (a notebook's, a test's): its JVM is fixed."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def _submitted_settings() -> dict[str, str]:
