@@ -31,14 +31,14 @@ from walspark.cli.main import cli
               help="How often tables joining or leaving the publication and re-copy requests are checked.")
 @click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
               help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 @click.option("--state", default=None, metavar="LOCATION",
               help="Folder or object-store URI of walspark's own files (default TARGET/_walspark).")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
               help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
-        sync_chunk_rows: int, master: str, state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
+        sync_chunk_rows: int, master: str | None, state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
     from walspark.pipeline import Pipeline
@@ -59,7 +59,8 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        spark = spark_session("walspark-run", master=master, conf=conf)
+        spark = spark_session("walspark-run", master=master, conf=conf,
+                              locations=tuple(loc for loc in (target, state) if loc))
         if owned:
             quiet_spark_errors(spark)
         try:

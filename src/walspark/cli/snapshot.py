@@ -28,11 +28,11 @@ from walspark.cli.main import cli
               help="Tasks a big table is split into at least (default: Spark's default parallelism).")
 @click.option("--partition-rows", type=click.IntRange(1), default=None,
               help="Rows per CTID-range task (default 50,000).")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master.")
+@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 @click.option("--redo", is_flag=True, help="Snapshot again even if the target records a complete snapshot.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress still on stderr).")
 def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: int | None,
-             partition_rows: int | None, master: str, redo: bool, as_json: bool) -> None:
+             partition_rows: int | None, master: str | None, redo: bool, as_json: bool) -> None:
     """Copy the publication's tables in one exported snapshot; print the consistent point."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
@@ -47,7 +47,7 @@ def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: in
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        spark = spark_session("walspark-snapshot", master=master)
+        spark = spark_session("walspark-snapshot", master=master, locations=(target,))
         if owned:
             quiet_spark_errors(spark)
         try:

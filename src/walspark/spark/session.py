@@ -1,7 +1,9 @@
-"""The local Spark session walspark's CLI, tests and benchmarks run on.
+"""The Spark session walspark's CLI, tests and benchmarks run on.
 
-Delta Lake's jars are fetched once at set-up (``./dev setup``: Maven Central → ``.jars/``) and
-handed to Spark with ``spark.jars``, so no session ever resolves packages over the network.
+Delta Lake's jars come from :mod:`walspark.spark.jars` (``$WALSPARK_JARS_DIR``, a checkout's
+``.jars/``, the local cache, else Spark's package resolution once) and are handed to Spark with
+``spark.jars``. Under ``spark-submit`` the session takes what spark-submit set up instead: its
+master, its ``--packages``/``--jars`` and its ``--conf`` settings win over walspark's defaults.
 """
 
 from __future__ import annotations
@@ -9,65 +11,64 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from walspark.spark.jars import (
+    JARS_ENV,
+    DeltaJarsNotFound,
+    delta_jars,
+    delta_package,
+    needs_s3a,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Environment variable naming the folder with Delta's jars (overrides the checkout's .jars/).
-JARS_ENV = "WALSPARK_JARS_DIR"
+__all__ = ["JARS_ENV", "DeltaJarsNotFound", "launched_by_spark_submit", "spark_session"]
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
+_DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+#: Settings of the JVMs themselves: under spark-submit the driver's JVM already runs, and the
+#: executors' options (our log4j file's path among them) belong to the cluster's set-up.
+_JVM_SETTINGS = frozenset({"spark.driver.memory", "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"})
 
 
-class DeltaJarsNotFound(RuntimeError):
-    """Spark cannot run Delta without its jars, and walspark never downloads at run time."""
+def launched_by_spark_submit() -> bool:
+    """True when this Python process is the driver of a ``spark-submit`` (its JVM is running).
 
-
-def delta_jars(directory: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The Delta Lake jars to put on Spark's class path.
-
-    Looked up in ``directory``, else ``$WALSPARK_JARS_DIR``, else the checkout's ``.jars/``.
+    spark-submit starts the JVM first and then Python, handing it the gateway's port in
+    ``PYSPARK_GATEWAY_PORT``; a plain ``python``/``walspark`` process has no JVM yet.
     """
-    candidates = [Path(p) for p in (directory, os.environ.get(JARS_ENV)) if p]
-    candidates.append(Path(__file__).resolve().parents[3] / ".jars")
-    for folder in candidates:
-        jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
-        if any(jar.name.startswith("delta-spark_") for jar in jars):
-            return jars
-    searched = ", ".join(str(c) for c in candidates)
-    raise DeltaJarsNotFound(
-        f"Delta Lake jars not found (looked in {searched}); run ./dev setup once, "
-        f"or set {JARS_ENV} to a folder holding delta-spark and delta-storage jars"
-    )
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def spark_session(
     app_name: str = "walspark",
     *,
-    master: str = "local[*]",
+    master: str | None = None,
     conf: Mapping[str, str] | None = None,
     jars_dir: str | os.PathLike[str] | None = None,
+    locations: Sequence[str] = (),
 ) -> SparkSession:
-    """Get or create a Spark session with Delta Lake configured from the local jars.
+    """Get or create a Spark session with Delta Lake configured.
 
     The UI is off (nothing to look at on a CI machine, one port less to collide on), logs are
     quiet, the session time zone is UTC (the change rows' timestamps are UTC instants), and
     Python workers use this interpreter so they see the same packages as the driver.
+
+    ``master`` defaults to ``local[*]``, except under spark-submit, whose ``--master`` stands
+    unless ``master`` is given. ``locations`` are the paths the session will use: an ``s3a://``
+    one (or ``spark.hadoop.fs.s3a.*`` settings in ``conf``) also puts hadoop-aws on the class
+    path. ``conf`` wins over everything else.
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -Dio.netty.tryReflectionSetAccessible=true"
     settings = {
-        "spark.master": master,
         "spark.app.name": app_name,
-        "spark.jars": ",".join(str(jar) for jar in delta_jars(jars_dir)),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.extensions": _DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -80,8 +81,24 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
-        **(conf or {}),
     }
+    if launched_by_spark_submit() or _jvm_running():
+        # spark-submit's (or a notebook's running context's) --master, --packages/--jars and
+        # --conf settings stand: only what they left unset gets walspark's default, and the
+        # jars must already be on the class path.
+        submitted = _submitted_settings()
+        settings = {key: value for key, value in settings.items()
+                    if key not in submitted and key not in _JVM_SETTINGS}
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings["spark.master"] = "local[*]"
+        s3a = needs_s3a(locations, conf)
+        settings["spark.jars"] = ",".join(str(jar) for jar in delta_jars(jars_dir, s3a=s3a, conf=conf).files)
+    if master is not None:
+        settings["spark.master"] = master
+    settings.update(conf or {})
     from walspark.storage import spark_conf_from_env  # AWS_* variables reach Delta's s3a writes too
 
     settings.update(spark_conf_from_env(settings))
@@ -96,3 +113,30 @@ def spark_session(
     from walspark.spark import register  # the pgoutput data source
     register(spark)
     return spark
+
+
+def _jvm_running() -> bool:
+    """A SparkContext already runs in this process (a notebook's, a test's): its JVM is fixed."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+def _submitted_settings() -> dict[str, str]:
+    """The settings spark-submit gave this driver's JVM; raises when Delta is not on its class path.
+
+    The JVM is already running, so jars can no longer be added to the driver: a spark-submit
+    without Delta's jars gets one error saying which ``--packages`` to add, instead of a
+    ClassNotFoundException from deep inside the first Delta call.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # attaches to spark-submit's JVM gateway
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    if not jvm.org.apache.spark.util.Utils.classIsLoadable(_DELTA_EXTENSION):
+        raise DeltaJarsNotFound(
+            f"spark-submit was started without Delta Lake's jars; add --packages {delta_package()} "
+            f"(or --jars with the delta-spark and delta-storage jars, e.g. those 'walspark jars' lists)"
+        )
+    return dict(SparkConf().getAll())

@@ -1,0 +1,27 @@
+"""``pip install`` of walspark's wheel into a fresh venv in an empty folder, then ``walspark demo``.
+
+See ``conftest.py`` for how it is installed: offline, from the checkout's files, jars from the
+user's local cache (never from the checkout).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .support import Installed
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_wheel_in_a_fresh_venv_runs_the_demo(installed: Installed) -> None:
+    started = time.monotonic()
+    out = installed.run(["walspark", "demo", "--seconds", "5"], timeout=900)
+    table = [line for line in out.splitlines() if line.startswith("shop.")]
+    assert [line.split()[0] for line in table] == ["shop.customers", "shop.products", "shop.orders", "shop.order_items"]
+    assert all(line.endswith("yes") for line in table), out[-3000:]
+    assert "fetching" not in out, "the session resolved packages although the cache had the jars"
+    assert (installed.folder / "walspark-demo" / "shop" / "orders" / "_delta_log").is_dir()
+    assert "Traceback" not in out
+    print(f"\nbuild + venv + install {installed.install_seconds:.0f}s, demo {time.monotonic() - started:.0f}s")
