@@ -72,7 +72,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     from walspark.spark.session import spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = spark_session("walspark-tests", master="local[2]", conf={"spark.sql.warehouse.dir": str(warehouse)})
+    # s3a: the object-storage tests read their tables back from the S3 endpoint (hadoop-aws on the class path)
+    session = spark_session("walspark-tests", master="local[2]", conf={"spark.sql.warehouse.dir": str(warehouse)},
+                            locations=("s3a://walspark-tests",))
     yield session
     session.stop()
 

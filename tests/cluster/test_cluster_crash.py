@@ -39,7 +39,7 @@ from reliability.support import (
 )
 
 from walspark.demo import TABLES
-from walspark.spark.session import delta_jars
+from walspark.spark.jars import delta_jars, is_s3a_jar
 
 from .support import SRC, StandaloneCluster, can_hide_folders
 
@@ -60,19 +60,18 @@ def driver_env(home: Path, conf: dict[str, str]) -> dict[str, str]:
     """The driver's environment: every local file it makes under ``home`` (hidden from the workers),
     the worktree's walspark, and ``conf`` for its Spark session.
 
-    Delta's jars are linked under ``home``: the driver hands them to Spark (``spark.jars``), and
-    executors can only get them from the driver's file server. The other jars of the set-up
-    (hadoop-aws and the AWS SDK bundle, ~700 MB) are on every node's class path instead, as a
-    cluster's Hadoop installation has them: shipping the SDK to each executor of each run would
-    cost more than the rest of the test.
+    The jars are linked under ``home``: the driver hands Delta's to Spark (``spark.jars``), and
+    executors can only get them from the driver's file server. hadoop-aws and the AWS SDK bundle
+    (~700 MB) are on every node's class path instead, as a cluster's Hadoop installation has
+    them; walspark's session sees hadoop-aws there and does not ship them (shipping the SDK to
+    each executor of each run would cost more than the rest of the test).
     """
     jars = home / "jars"
     jars.mkdir(exist_ok=True)
     node_jars = []
-    for jar in delta_jars():
-        if jar.name.startswith("delta-"):
-            (jars / jar.name).symlink_to(jar.resolve())
-        else:
+    for jar in delta_jars(s3a=True).files:  # all of them: the lookup wants hadoop-aws beside Delta for s3a
+        (jars / jar.name).symlink_to(jar.resolve())
+        if is_s3a_jar(jar):
             node_jars.append(str(jar.resolve()))
     if node_jars:
         conf = {"spark.driver.extraClassPath": os.pathsep.join(node_jars),

@@ -120,6 +120,16 @@ def needs_s3a(locations: Iterable[str], conf: Mapping[str, str] | None = None) -
     )
 
 
+#: Parts of the names of the jars only ``s3a://`` needs (Maven's and Spark's resolution's names):
+#: hadoop-aws and what it pulls, the AWS SDK bundle (686 MB) among them.
+_S3A_JARS = ("hadoop-aws-", "awssdk", "bundle-", "analyticsaccelerator-")
+
+
+def is_s3a_jar(path: Path) -> bool:
+    """A jar only ``s3a://`` needs: kept off a session that does not use it (its size)."""
+    return any(part in path.name for part in _S3A_JARS)
+
+
 def _has(files: Sequence[Path], s3a: bool) -> bool:
     """Delta's jar is there (Maven names it ``delta-spark_…``, Spark's resolution ``io.delta_delta-spark_…``)."""
     names = [f.name for f in files]

@@ -20,6 +20,7 @@ from walspark.spark.jars import (
     DeltaJarsNotFound,
     delta_jars,
     delta_package,
+    is_s3a_jar,
     needs_s3a,
 )
 
@@ -95,10 +96,15 @@ def spark_session(
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         settings["spark.master"] = "local[*]"
         s3a = needs_s3a(locations, conf)
-        settings["spark.jars"] = ",".join(str(jar) for jar in delta_jars(jars_dir, s3a=s3a, conf=conf).files)
+        files = delta_jars(jars_dir, s3a=s3a, conf=conf).files
+        settings["spark.jars"] = ",".join(str(jar) for jar in files if not is_s3a_jar(jar))
+        _add_s3a_jars(settings, [jar for jar in files if is_s3a_jar(jar)] if s3a else [], master, conf or {})
     if master is not None:
         settings["spark.master"] = master
+    class_path = settings.get("spark.driver.extraClassPath")  # conf's own entries are in it already
     settings.update(conf or {})
+    if class_path:
+        settings["spark.driver.extraClassPath"] = class_path
     from walspark.storage import spark_conf_from_env  # AWS_* variables reach Delta's s3a writes too
 
     settings.update(spark_conf_from_env(settings))
@@ -113,6 +119,25 @@ def spark_session(
     from walspark.spark import register  # the pgoutput data source
     register(spark)
     return spark
+
+
+def _add_s3a_jars(settings: dict[str, str], jars: list[Path], master: str | None, conf: Mapping[str, str]) -> None:
+    """hadoop-aws and the AWS SDK bundle (686 MB) onto the class paths, copied as seldom as possible.
+
+    ``spark.jars`` would copy them into every executor's folder, at every start. In local mode
+    the one JVM takes them on its class path as they are; on a cluster whose executors' class
+    path already names hadoop-aws (Hadoop's cloud jars installed on the nodes, say) only the
+    driver needs them; otherwise Spark ships them with ``spark.jars``.
+    """
+    if not jars:
+        return
+    path = os.pathsep.join(str(jar) for jar in jars)
+    nodes = f"{conf.get('spark.executor.extraClassPath', '')} {os.environ.get('PYSPARK_SUBMIT_ARGS', '')}"
+    if (master or "local").startswith("local") or "hadoop-aws" in nodes:
+        driver = conf.get("spark.driver.extraClassPath")
+        settings["spark.driver.extraClassPath"] = f"{driver}{os.pathsep}{path}" if driver else path
+    else:
+        settings["spark.jars"] += "," + ",".join(str(jar) for jar in jars)
 
 
 def _jvm_running() -> bool:
