@@ -1,8 +1,8 @@
 """``walspark run``: stream a publication's changes from a slot into Delta tables, exactly once.
 
 A thin wrapper: the options become a :class:`walspark.Pipeline` (the pipeline's logic lives in
-:mod:`walspark.pipeline`), run in a background thread while this, the main thread, waits and
-turns SIGTERM and Ctrl-C into a clean stop between batches (see
+:mod:`walspark.pipeline`), run in the main thread, where SIGTERM and Ctrl-C become a clean stop
+between batches (see
 :class:`walspark.pipeline.StopSwitch`). The preflight checks run before Spark starts, so a wrong
 DSN or name costs a second, not thirty. Errors leave as one line (:mod:`walspark.cli.errors`).
 """
@@ -71,12 +71,18 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
 
 
 def _run_until_done(pipeline, once: bool) -> None:  # type: ignore[no-untyped-def]
-    """Start the pipeline and wait for it; SIGTERM and Ctrl-C ask it to stop (between batches while
-    the query runs; elsewhere, as before, they interrupt at once)."""
-    handle = pipeline.start(once=once)
-    previous = {sig: signal.signal(sig, handle.settings.stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    """Run the pipeline in this, the main thread; SIGTERM and Ctrl-C ask it to stop (between
+    batches while the query runs; elsewhere they interrupt at once).
+
+    In the main thread rather than a handle's: the thread that waits on the query is the one the
+    signal reaches, and the process (with its JVM) lives exactly as long as the pipeline.
+    """
+    from walspark.pipeline import StopSwitch
+
+    stop = StopSwitch()
+    previous = {sig: signal.signal(sig, stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        handle.await_termination()
+        pipeline.run(once=once, stop=stop)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -151,7 +151,17 @@ class Pipeline:
         applied and the slot position reached. Raises the failure as it is (a
         :mod:`walspark.source.errors` class for the source's problems).
         """
-        settings = self.settings(once=True)
+        return self.run(once=True)
+
+    def run(self, *, once: bool = False, stop: StopSwitch | None = None) -> RunSummary:
+        """Run in the calling thread: until everything committed now is applied (``once``), else
+        until ``stop`` is requested (``stop.request()`` from another thread, or ``stop.signal``
+        installed as a signal handler by a program: what ``walspark run`` does, so that a signal
+        lands in the thread that waits on the query, as it always did).
+        """
+        settings = self.settings(once=once)
+        if stop is not None:
+            settings = replace(settings, stop=stop)
         preflight(settings)
         tracker = Tracker()
         tracker.phase("starting")
@@ -163,8 +173,7 @@ class Pipeline:
 
         The preflight checks run here, in the caller's thread: a wrong DSN, publication or
         ``scd2`` table raises now, before the thread starts. ``once=True``: the thread does what
-        :meth:`run_once` does and ends (Spark's ``availableNow``); ``walspark run --once`` uses
-        it so that its signals reach the handle.
+        :meth:`run_once` does and ends (Spark's ``availableNow``).
         """
         settings = self.settings(once=once)
         preflight(settings)
