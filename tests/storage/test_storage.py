@@ -169,3 +169,17 @@ def test_the_data_source_takes_the_settings_as_options() -> None:
                                   **settings.to_options()})
     assert parsed.storage == settings and "s3cr3t" not in repr(parsed)
     assert parsed.staging_location().settings == settings
+
+
+def test_run_takes_spark_settings_like_spark_submit() -> None:
+    import click
+
+    from walspark.cli.run import RunSettings, parse_confs
+
+    assert parse_confs(("spark.hadoop.fs.s3a.endpoint=http://h:1", "a=b=c", "a=d")) == {
+        "spark.hadoop.fs.s3a.endpoint": "http://h:1", "a": "d"}
+    with pytest.raises(click.BadParameter):
+        parse_confs(("no-value",))
+    settings = RunSettings("dsn", "pub", "slot", "s3a://b/lake", state="s3a://b/state/")
+    assert (settings.checkpoint, settings.staging) == ("s3a://b/state/checkpoints/slot", "s3a://b/state/staging/slot")
+    assert RunSettings("dsn", "pub", "slot", "s3a://b/lake/").staging == "s3a://b/lake/_walspark/staging/slot"

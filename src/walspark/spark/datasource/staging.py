@@ -505,7 +505,8 @@ class Stager(TwoPhaseStaging):
 
     def _housekeeping(self, stream: ReplicationStream, last_ping: float) -> float:
         now = time.monotonic()
-        if now - self._committed_read >= 0.25:
+        # a local read is free; on an object store every look is a request (a GET each 2 s)
+        if now - self._committed_read >= (0.25 if self.directory.is_local else 2.0):
             self._committed_read = now
             self._read_committed_end()
         self._apply_confirm(stream)
