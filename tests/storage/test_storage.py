@@ -174,7 +174,9 @@ def test_the_data_source_takes_the_settings_as_options() -> None:
 def test_run_takes_spark_settings_like_spark_submit() -> None:
     import click
 
-    from walspark.cli.run import RunSettings, parse_confs
+    from walspark.cli.run import parse_confs
+    from walspark.pipeline import RunSettings
+    from walspark.spark.lake.progress import ProgressTable
 
     assert parse_confs(("spark.hadoop.fs.s3a.endpoint=http://h:1", "a=b=c", "a=d")) == {
         "spark.hadoop.fs.s3a.endpoint": "http://h:1", "a": "d"}
@@ -183,3 +185,6 @@ def test_run_takes_spark_settings_like_spark_submit() -> None:
     settings = RunSettings("dsn", "pub", "slot", "s3a://b/lake", state="s3a://b/state/")
     assert (settings.checkpoint, settings.staging) == ("s3a://b/state/checkpoints/slot", "s3a://b/state/staging/slot")
     assert RunSettings("dsn", "pub", "slot", "s3a://b/lake/").staging == "s3a://b/lake/_walspark/staging/slot"
+    # the progress table follows --state too (its own Delta table beside the checkpoint)
+    assert ProgressTable(None, "s3a://b/lake", "s3a://b/state/").path == "s3a://b/state/progress"  # type: ignore[arg-type]
+    assert ProgressTable(None, "s3a://b/lake/").path == "s3a://b/lake/_walspark/progress"  # type: ignore[arg-type]

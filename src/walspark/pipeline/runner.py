@@ -61,7 +61,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
                      say=say, state=settings.state)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
-            .scd2(*settings.scd2).table_sync(sync))  # fmt: skip
+            .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)

@@ -141,6 +141,7 @@ def _apply_table(
     mode: Mode,
     app_id: str,
     known: dict[str, dict[str, DataType | None]] | None = None,
+    state: str | None = None,
 ) -> tuple[ApplyResult, ProgressRow | None]:
     """Apply one table's batch (its facts already known); returns the progress row to record.
 
@@ -152,7 +153,7 @@ def _apply_table(
 
     schema, name = facts.schema, facts.table
     path = table_path(target, schema, name)
-    done = ProgressTable(spark, target).last(app_id, schema, name)
+    done = ProgressTable(spark, target, state).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
         return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None

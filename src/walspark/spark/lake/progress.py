@@ -79,9 +79,10 @@ class ProgressTable:
 
     _known: ClassVar[dict[str, dict[tuple[str, str, str], Progress]]] = {}
 
-    def __init__(self, spark: SparkSession, target: str) -> None:
+    def __init__(self, spark: SparkSession, target: str, state: str | None = None) -> None:
         self.spark = spark
-        self.path = f"{target.rstrip('/')}/_walspark/progress"
+        # with walspark run --state, beside the checkpoint and the rest of walspark's own files
+        self.path = f"{(state or target.rstrip('/') + '/_walspark').rstrip('/')}/progress"
 
     @classmethod
     def forget(cls) -> None:

@@ -80,6 +80,8 @@ class ApplyChanges:
 
     target: str
     _app_id: str = "walspark"
+    #: Where walspark's own files live (``walspark run --state``); None: ``<target>/_walspark``.
+    _state: str | None = None
     _tables: dict[str, _TableOptions] = field(default_factory=dict)
     #: The target tables' columns as last seen or changed by this sink (see TargetTable.evolve).
     _known: dict[str, dict[str, DataType | None]] = field(default_factory=dict, compare=False, repr=False)
@@ -93,6 +95,10 @@ class ApplyChanges:
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
         return replace(self, _app_id=app_id)
+
+    def state(self, state: str | None) -> ApplyChanges:
+        """Keep the progress table under this state location instead of ``<target>/_walspark``."""
+        return replace(self, _state=state)
 
     def _with(self, table: str, **changes: object) -> ApplyChanges:
         options = replace(self._tables.get(table, _TableOptions()), **changes)  # type: ignore[arg-type]
@@ -206,7 +212,7 @@ class ApplyChanges:
                     return ApplyResult(schema, name, path, table_facts.rows, skipped=True), None
                 part, table_facts = routed
             return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
-                                app_id=self._app_id, known=self._known)  # fmt: skip
+                                app_id=self._app_id, known=self._known, state=self._state)  # fmt: skip
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
         workers = min(self._parallelism, len(tables))
@@ -232,7 +238,8 @@ class ApplyChanges:
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
         if records:
-            self._progress.append(_progress_writer().submit(ProgressTable(spark, self.target).record_many, records))
+            progress = ProgressTable(spark, self.target, self._state)
+            self._progress.append(_progress_writer().submit(progress.record_many, records))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         unexpected = [e for e in errors if not isinstance(e, SchemaEvolutionError)]
         if unexpected:

@@ -476,7 +476,7 @@ class TableSync:
                 # The transaction id names the copy by its consistent point: unique for ever, even
                 # across a new initial snapshot (Delta may keep transaction ids through REPLACE).
                 _apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
-                             app_id=f"{self.sink._app_id}/sync/{state.since:X}")  # fmt: skip
+                             app_id=f"{self.sink._app_id}/sync/{state.since:X}", state=self.sink._state)  # fmt: skip
                 applied = facts.rows
         path = table_path(self.target, *table)
         self.sink._known.pop(path, None)  # the copy replaced the table: forget its cached shape
