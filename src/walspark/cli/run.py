@@ -82,7 +82,7 @@ def _run_until_done(pipeline, once: bool) -> None:  # type: ignore[no-untyped-de
     stop = StopSwitch()
     previous = {sig: signal.signal(sig, stop.signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        pipeline.run(once=once, stop=stop)
+        pipeline.run(once=once, stop=stop, check=False)  # run() checked the source before the JVM started
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

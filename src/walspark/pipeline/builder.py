@@ -153,16 +153,18 @@ class Pipeline:
         """
         return self.run(once=True)
 
-    def run(self, *, once: bool = False, stop: StopSwitch | None = None) -> RunSummary:
+    def run(self, *, once: bool = False, stop: StopSwitch | None = None, check: bool = True) -> RunSummary:
         """Run in the calling thread: until everything committed now is applied (``once``), else
         until ``stop`` is requested (``stop.request()`` from another thread, or ``stop.signal``
         installed as a signal handler by a program: what ``walspark run`` does, so that a signal
-        lands in the thread that waits on the query, as it always did).
+        lands in the thread that waits on the query, as it always did). ``check=False``: the caller
+        has just run :meth:`check` (the CLI, before the JVM starts), so the source is not asked twice.
         """
         settings = self.settings(once=once)
         if stop is not None:
             settings = replace(settings, stop=stop)
-        preflight(settings)
+        if check:
+            preflight(settings)
         tracker = Tracker()
         tracker.phase("starting")
         run_tracked(self._session(), settings, self._say, tracker)
