@@ -32,6 +32,37 @@ def pg15() -> Iterator[EmbeddedPostgres]:
         yield server
 
 
+#: The longest tests in CI's list of the 25 slowest (minutes each on 2 cores), longest first.
+LONGEST = (
+    "tests/reliability/test_crash_run.py::test_sigkill_at_random_points",
+    "tests/scenarios/test_table_sync_stream.py",
+    "tests/reliability/test_pipeline_faults.py",
+    "tests/cluster/",
+    "tests/test_demo.py",
+    "tests/scenarios/test_two_phase.py::test_sigkill",
+    "tests/distribution/",
+    "tests/scenarios/test_object_storage.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the long tests first: ``LONGEST``, the other slow ones, the other Spark tests, the rest.
+
+    pytest-xdist hands tests out in collection order. In file order, a ten-minute crash scenario
+    could start when most of the suite was done, and the run would end with one worker busy and
+    the others idle. Started first, the long tests overlap each other, and the many short tests
+    fill the gaps at the end. The sort is stable: otherwise each group keeps file order.
+    """
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        rank = next((i for i, prefix in enumerate(LONGEST) if item.nodeid.startswith(prefix)), len(LONGEST))
+        if item.get_closest_marker("slow") is not None:
+            return 0, rank
+        return (1 if item.get_closest_marker("spark") is not None else 2), rank
+
+    items.sort(key=order)
+
+
 _db_numbers = itertools.count()
 
 

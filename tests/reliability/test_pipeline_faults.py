@@ -78,7 +78,11 @@ def test_walsender_terminations_and_server_restarts_under_a_live_pipeline(spark,
             assert work is not None
             work.stop()  # its connection would die with the server
             work = None
-            server.restart(mode)
+            # The fast stop lasts until the run has committed what it was sent: a batch in flight
+            # takes a minute or more on a loaded 2-core host (CI), beyond pg_ctl's usual 60 s.
+            began = time.monotonic()
+            server.restart(mode, stop_timeout=int(START_TIMEOUT))
+            print(f"server restarted ({mode}) in {time.monotonic() - began:.1f} s")
             work = CrashWorkload(dsn, rate=10.0, seed=6 if mode == "fast" else 7).start()
             _still_streaming(target, pipeline, f"server restarted ({mode})")
         assert work is not None

@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 BIG_ROWS = int(os.environ.get("WALSPARK_SYNC_BIG_ROWS", "500000"))
 TIMEOUT = 900.0
-#: Seconds a copy waits inside its snapshot before its COPY tasks (test hook): long enough for
-#: several micro-batches on a loaded 2-core host.
-COPY_PAUSE = float(os.environ.get("WALSPARK_SYNC_COPY_PAUSE", "120"))
+#: Seconds a copy waits at most inside its snapshot before its COPY tasks (test hook): long enough for
+#: several micro-batches on a loaded 2-core host. The test releases it as soon as it has seen them.
+COPY_PAUSE = float(os.environ.get("WALSPARK_SYNC_COPY_PAUSE", "600"))
 
 
 def states(target: Path) -> dict[str, dict]:
@@ -170,11 +170,11 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     """Acceptance 1 (two tables join, one big) and the slot-advance line.
 
     To show that the stream does not wait for a copy, however long, independently of this host's
-    speed, the copy pauses inside its snapshot (test hook) for ``COPY_PAUSE`` seconds before its
-    COPY tasks: meanwhile the other tables' batches must keep committing and the slot's
+    speed, the copy pauses inside its snapshot (test hook) before its COPY tasks until the test
+    releases it: meanwhile the other tables' batches must keep committing and the slot's
     ``confirmed_flush_lsn`` must keep advancing. Then the copy completes under the live workload.
     """
-    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE
+    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
 
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 2000, "big": BIG_ROWS, "small": 3000}
@@ -183,7 +183,8 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
         make_tables(conn, sizes, wide="big")
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2")
         with writing(pg18_dsn, sizes) as writers, run:
-            run.start(**{COPY_PAUSE_VARIABLE: str(COPY_PAUSE)})
+            release = tmp_path / "release-the-copy"
+            run.start(**{COPY_PAUSE_VARIABLE: str(COPY_PAUSE), COPY_RELEASE_VARIABLE: str(release)})
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big, small")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the big copy to start")
@@ -196,6 +197,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
 
             run.wait(streaming, "batches and slot confirmations while the big table is being copied")
             assert states(target)["public.big"]["state"] == "copying", "the pause is too short for this host"
+            release.touch()
             run.wait(lambda: all(states(target).get(f"public.{t}", {}).get("state") == "ready" for t in ("big", "small")),
                      "both added tables to be ready")
             big = states(target)["public.big"]

@@ -276,9 +276,14 @@ class EmbeddedPostgres:
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def restart(self, mode: str = "fast") -> None:
-        """Stop and start again on the same port and data (to test reconnects)."""
-        self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+    def restart(self, mode: str = "fast", *, stop_timeout: int = 60) -> None:
+        """Stop and start again on the same port and data (to test reconnects).
+
+        A ``fast`` stop waits for each logical walsender's client to confirm everything it was
+        sent (PostgreSQL's rule): a consumer in the middle of a slow commit holds the stop up
+        for as long as the commit takes, hence ``stop_timeout``.
+        """
+        self._pg_ctl("stop", "-w", "-t", str(stop_timeout), "-m", mode)
         self._pg_ctl("start", "-w", "-t", "120", "-l", str(self.log_file), "-o", f"-p {self.port}")
 
     def __enter__(self) -> EmbeddedPostgres:

@@ -59,9 +59,12 @@ Table = tuple[str, str]
 BATCH_COLUMN = "__walspark_batch"
 
 #: Test hooks: seconds a committed copy waits for its hand-off (kill tests), and inside a copy's snapshot
-#: before its COPY tasks start (a copy that takes as long as the test needs, on any host).
+#: before its COPY tasks start (a copy that takes as long as the test needs, on any host). The copy's
+#: pause also ends as soon as the file named by ``COPY_RELEASE_VARIABLE`` exists: the test releases it
+#: once it has seen what it waits for, instead of always sitting out the whole pause.
 HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
 COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
+COPY_RELEASE_VARIABLE = "WALSPARK_TEST_COPY_RELEASE"
 
 #: Numbers of the copies' temporary slots, unique in this process (slot names are cluster-wide, and a
 #: notebook or a test may run several pipelines one after the other in one process).
@@ -413,7 +416,7 @@ class TableSync:
             if plan is None:  # left the publication before the copy began: nothing to copy
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
-            self._stop.wait(float(os.environ.get(COPY_PAUSE_VARIABLE) or 0))
+            self._test_copy_pause()
             if plan.columnless_rows is not None:  # a row count: one commit, nothing to resume
                 plan_partitions(plan, parallelism=self.parallelism)
                 self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} while the stream goes on")
@@ -435,6 +438,14 @@ class TableSync:
             if current is None or current.gen != state.gen or current.state != COPYING:
                 return  # superseded (should not happen: a syncing table is never re-requested)
             self.store.update(state.schema, state.table, state=COPIED, copy_done=time.time(), **changes)
+
+    def _test_copy_pause(self) -> None:
+        """The test hook ``COPY_PAUSE_VARIABLE``: wait that long, or until the release file exists."""
+        deadline = time.monotonic() + float(os.environ.get(COPY_PAUSE_VARIABLE) or 0)
+        release = os.environ.get(COPY_RELEASE_VARIABLE)
+        while time.monotonic() < deadline and not (release and os.path.exists(release)):
+            if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
+                return
 
     def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
         """``rows`` without the changes the copy holds; None: the copy must be made again (a
