@@ -2,6 +2,10 @@
 
 Run with ``./dev bench decode`` (``--messages N``, default 1,000,000).
 
+Two walspark figures each: messages to message objects (the decoder), and messages to Arrow
+change rows (the hot path of a Spark task: decoding, values, Arrow columns) on the pure-Python
+path and on the compiled one (``walspark_c``), side by side.
+
 Why these three figures: the decoder's job is to never be the bottleneck of a replication
 stream, so its speed only means something next to (a) how fast PostgreSQL itself delivers
 the same messages — timed twice, through the SQL interface (``pg_logical_slot_peek_binary_changes``
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 import psycopg
 import workload  # bench/workload.py, beside this script
 
+from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
+from walspark.compiled import speedups
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.protocol import Decoder
 
@@ -136,6 +142,20 @@ def run_walspark(capture: Sequence[bytes]) -> None:
         decode(data)
 
 
+#: Messages per ChangeRowBuilder.build, as in a Spark task (walspark.spark.datasource.decode).
+ROWS_CHUNK = 32_768
+
+
+def run_rows(capture: Sequence[bytes], compiled: object) -> None:
+    """Messages to Arrow change rows, the way a task does it (Begin/Commit are the assembler's)."""
+    builder = ChangeRowBuilder(1, speedups=compiled)  # type: ignore[arg-type]
+    facts = TransactionFacts(1, 0, 0)
+    data = [m for m in capture if m[0] not in (ord("B"), ord("C"))]
+    for start in range(0, len(data), ROWS_CHUNK):
+        builder.add(facts, ((0, False, m) for m in data[start:start + ROWS_CHUNK]))
+        builder.build()
+
+
 def pypgoutput_decoders() -> dict[int, Callable[[bytes], object]]:
     """pypgoutput's message classes by kind byte: each one decodes the bytes it is built from."""
     from pypgoutput import decoders
@@ -190,6 +210,14 @@ def main(argv: list[str] | None = None) -> int:
 
     log("walspark decoder")
     walspark_seconds, walspark_cpu = best_of(args.repeat, lambda: run_walspark(capture))
+    log("walspark change rows, pure Python")
+    rows_pure_seconds, rows_pure_cpu = best_of(args.repeat, lambda: run_rows(capture, None))
+    if speedups is not None:
+        log("walspark change rows, compiled (walspark_c)")
+        rows_c = best_of(args.repeat, lambda: run_rows(capture, speedups))
+    else:
+        log("walspark_c is not installed: no compiled figure (./dev setup builds it)")
+        rows_c = None
     table = pypgoutput_decoders()
     supported = [data for data in capture if data[0] in table]
     log(f"pypgoutput 0.0.3 decoder ({len(supported):,} of {count:,} messages are kinds it supports)")
@@ -198,11 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     peek = Figure("server SQL peek", count, nbytes, peek_seconds, " (server decoding + transfer + client rows)")
     recv = Figure("pg_recvlogical", count, nbytes, recv_seconds, " (walsender to /dev/null, process start to exit)")
     walspark = Figure("walspark", count, nbytes, walspark_seconds, f" (best of {args.repeat})", walspark_cpu)
+    rows_pure = Figure("rows, pure", count, nbytes, rows_pure_seconds, " (to Arrow change rows)", rows_pure_cpu)
+    rows_compiled = [] if rows_c is None else [
+        Figure("rows, compiled", count, nbytes, rows_c[0], " (to Arrow change rows, walspark_c)", rows_c[1])]
     reference = Figure("pypgoutput", len(supported), sum(map(len, supported)), pypgoutput_seconds,
                        f" (best of {args.repeat})", pypgoutput_cpu)
     server = max(peek, recv, key=lambda f: f.rate)
     print()
-    print_table([peek, recv, walspark, reference], reference, server)
+    print_table([peek, recv, walspark, rows_pure, *rows_compiled, reference], reference, server)
     return 0
 
 

@@ -13,6 +13,9 @@ The contract under test: whatever the bytes,
   keepalive / standby-status framing) returns a value or raises
   :class:`~walspark.protocol.ProtocolError` carrying the kind, an offset inside the input and
   the LSN it was given; a message that decodes re-encodes to exactly the input bytes;
+* the compiled hot path (``walspark_c``, where it is installed) accepts exactly the row
+  changes the pure decoder decodes and gathers their values into the same kinds and bytes,
+  never reading out of bounds whatever the bytes (``tests/protocol/differential.py``);
 * ``walspark.values`` (every built-in type, arrays, ranges, multiranges, registered enums,
   domains and composites, text and binary, one value and a whole Arrow column) returns a
   value or raises :class:`~walspark.values.ValueConversionError`.
@@ -59,6 +62,11 @@ with atheris.instrument_imports(include=["walspark"]):
     from walspark.values import ColumnOptions, NumericPolicy, TypeRegistry, ValueConversionError, to_arrow_array
     from walspark.values import oids
     from walspark.values.registry import BUILTIN_TYPE_NAMES
+
+from walspark.compiled import speedups as SPEEDUPS  # noqa: E402  (C code: nothing for atheris to instrument)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.protocol.differential import check_gather_hostile, check_row_change  # noqa: E402
 
 LSN = 0x1234_5678_9ABC
 
@@ -147,6 +155,9 @@ def check_message(data: bytes) -> None:
     # The decoders accept any buffer (a psycopg CopyData is a memoryview); the higher bits of
     # the context byte pick the buffer type, so the conversion paths are fuzzed too.
     buffer = BUFFER_TYPES[(data[0] // len(CONTEXTS)) % len(BUFFER_TYPES)](payload)
+    if SPEEDUPS is not None:
+        check_row_change(SPEEDUPS, payload, version, in_stream, parallel)
+        check_gather_hostile(SPEEDUPS, payload)
     try:
         message = decode_message(buffer, protocol_version=version, in_stream=in_stream,
                                  parallel_abort=parallel, lsn=LSN)

@@ -27,15 +27,23 @@ column                    Arrow type                   meaning
 
 Batches are built column-wise with :mod:`walspark.values` (no per-row Python objects for the
 values). Rows are grouped by relation version because one Arrow schema fits one shape.
+
+Where the compiled hot path is in force (:mod:`walspark.compiled`), a row change is not decoded
+into a message object at all: ``walspark_c`` checks it and notes where its TupleData parts
+start, and at :meth:`ChangeRowBuilder.build` gathers each column's values straight into Arrow
+buffers. Anything it does not accept goes through the pure-Python decoder, which decodes it or
+raises the reference error, so the two paths give the same rows and the same errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import pyarrow as pa
 
+from walspark import compiled
 from walspark.protocol import (
     Delete,
     Insert,
@@ -47,8 +55,9 @@ from walspark.protocol import (
     Type,
     Update,
     decode_message,
+    read_tuple_data,
 )
-from walspark.values import ColumnOptions, TypeRegistry, decode_tuples, default_registry
+from walspark.values import ColumnOptions, TypeRegistry, decode_gathered, decode_tuples, default_registry
 
 from .assembly import CommittedTransaction
 from .relations import RelationCache, RelationVersion
@@ -73,6 +82,10 @@ ENVELOPE = pa.schema(
 )
 UNCHANGED_FIELD = pa.field("_unchanged", pa.list_(pa.string()), nullable=False)
 
+#: A TupleData part as the compiled scan leaves it: the message and the part's offset in it.
+Part = tuple[bytes, int]
+_OPS = {73: "I", 85: "U", 68: "D"}
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -86,8 +99,8 @@ class _Pending:
     commit_time: list[int] = field(default_factory=list)
     origin: list[str | None] = field(default_factory=list)
     op: list[str] = field(default_factory=list)
-    new: list[TupleData | None] = field(default_factory=list)
-    old: list[TupleData | None] = field(default_factory=list)
+    new: list[TupleData | Part | None] = field(default_factory=list)
+    old: list[TupleData | Part | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +133,12 @@ class ChangeRowBuilder:
         registry: TypeRegistry | None = None,
         options: ColumnOptions | Mapping[str, ColumnOptions] | None = None,
         binary: bool = False,
+        speedups: ModuleType | None = compiled.speedups,
     ) -> None:
+        """``speedups``: the compiled module to use (default: :data:`walspark.compiled.speedups`;
+        None for the pure-Python path)."""
         self.protocol_version = protocol_version
+        self.speedups = speedups
         self.relations = relations if relations is not None else RelationCache()
         self.registry = registry if registry is not None else default_registry()
         self.options = options
@@ -141,7 +158,15 @@ class ChangeRowBuilder:
         bytes)``): for a part of a transaction decoded apart from the rest (a segment piece, a filtered
         subset), so that ``_seq`` stays the position in the whole transaction."""
         version = self.protocol_version
+        scan = self.speedups.scan_row_change if self.speedups is not None else None
         for seq, lsn, in_stream, data in messages:
+            if scan is not None and data.__class__ is bytes and (version >= 2 or not in_stream):
+                head = scan(data, in_stream)
+                if head is not None:  # a valid Insert / Update / Delete, its values left in place
+                    kind, _, relation_id, key_pos, old_pos, new_pos = head
+                    old = (data, old_pos) if old_pos >= 0 else (data, key_pos) if key_pos >= 0 else None
+                    self._row(facts, lsn, seq, _OPS[kind], relation_id, (data, new_pos) if new_pos >= 0 else None, old)
+                    continue
             message = decode_message(data, protocol_version=version, in_stream=in_stream, parallel_abort=None, lsn=lsn)
             if isinstance(message, Insert):
                 self._row(facts, lsn, seq, "I", message.relation_id, message.new_tuple, None)
@@ -162,7 +187,7 @@ class ChangeRowBuilder:
                 assert isinstance(message, Message)  # transactional logical messages carry no rows
 
     def _row(self, facts: TransactionFacts, lsn: int, seq: int, op: str, relation_id: int,
-             new: TupleData | None, old: TupleData | None) -> None:  # fmt: skip
+             new: TupleData | Part | None, old: TupleData | Part | None) -> None:  # fmt: skip
         version = self.relations.get(relation_id)
         if version is None:
             raise ProtocolError(
@@ -220,11 +245,19 @@ class ChangeRowBuilder:
         ]
         return pa.RecordBatch.from_arrays([*envelope, new, old, unchanged], schema=self.row_schema(version))
 
-    def _struct(self, version: RelationVersion, tuples: list[TupleData | None]) -> tuple[pa.StructArray, pa.Array]:
-        width = len(version.columns)
-        absent = TupleData("n" * width, (None,) * width)
-        filled = [absent if t is None else t for t in tuples]
-        batch, unchanged = decode_tuples(version.columns, filled, self.registry, self.options, binary=self.binary)
+    def _struct(self, version: RelationVersion,
+                tuples: list[TupleData | Part | None]) -> tuple[pa.StructArray, pa.Array]:  # fmt: skip
         mask = pa.array([t is None for t in tuples], pa.bool_())
+        width = len(version.columns)
+        if self.speedups is not None and all(t is None or t.__class__ is tuple for t in tuples):
+            gathered = self.speedups.gather_columns(tuples, width)
+            if gathered is not None:
+                batch, unchanged = decode_gathered(version.columns, gathered, len(tuples), self.registry, self.options,
+                                                   binary=self.binary)  # fmt: skip
+                return pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema), mask=mask), unchanged
+        # The pure-Python path; parts the compiled scan located are read by the reference reader.
+        absent = TupleData("n" * width, (None,) * width)
+        filled = [absent if t is None else read_tuple_data(*t) if t.__class__ is tuple else t for t in tuples]
+        batch, unchanged = decode_tuples(version.columns, filled, self.registry, self.options, binary=self.binary)
         struct = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema), mask=mask)
         return struct, unchanged

@@ -18,7 +18,7 @@ Typical use::
 All malformed input raises :class:`ProtocolError` (with kind, offset and LSN).
 """
 
-from .decoder import MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Decoder, decode_message
+from .decoder import MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Decoder, decode_message, read_tuple_data
 from .encoder import encode_message, encode_tuple
 from .errors import ProtocolError
 from .framing import Frame, PrimaryKeepalive, StandbyStatusUpdate, XLogData, decode_frame, encode_frame
@@ -97,6 +97,7 @@ __all__ = [
     "datetime_to_pg_timestamp",
     "decode_frame",
     "decode_message",
+    "read_tuple_data",
     "encode_frame",
     "encode_message",
     "encode_tuple",

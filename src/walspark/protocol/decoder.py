@@ -65,7 +65,7 @@ from .messages import (
     Update,
 )
 
-__all__ = ["MAX_PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "Decoder", "decode_message"]
+__all__ = ["MAX_PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "Decoder", "decode_message", "read_tuple_data"]
 
 MIN_PROTOCOL_VERSION: Final = 1
 MAX_PROTOCOL_VERSION: Final = 4
@@ -915,3 +915,12 @@ def decode_message(data: Buffer, *, protocol_version: int, in_stream: bool,
         return _TABLES[(protocol_version, bool(in_stream))][buf[0]](buf, lsn, bool(in_stream), abort_info)
     except _LOW_LEVEL_ERRORS as exc:  # pragma: no cover - every path checks explicitly
         raise _internal(buf, lsn, exc) from exc
+
+
+def read_tuple_data(buf: bytes, pos: int, *, kind: str = "TupleData", lsn: int | None = None) -> TupleData:
+    """The ``TupleData`` part starting at ``pos`` of a message (its Int16 column count).
+
+    For callers that located the part themselves (the compiled hot path's scan): the same
+    reader, results and errors as inside :func:`decode_message`.
+    """
+    return _read_tuple(kind, buf, pos, lsn)[0]

@@ -18,7 +18,7 @@ from typing import Any
 from . import oids
 from .arrays import PgArray, format_array
 from .arrow import (
-    ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_tuples, default_registry,
+    ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_gathered, decode_tuples, default_registry,
     to_arrow_array, unchanged_columns_array,
 )
 from .catalog import TYPE_CATALOG_QUERY, register_catalog_rows
@@ -34,7 +34,7 @@ from .spark_types import spark_schema, spark_type
 __all__ = [
     "oids", "Codec", "ColumnOptions", "ColumnSpec", "DecodedColumn", "Interval", "NumericPolicy", "PgArray",
     "PgDate", "PgTime", "PgTimestamp", "Range", "TypeRegistry", "UnknownTypeWarning", "ValueConversionError",
-    "arrow_field", "arrow_schema", "column_codecs", "decode_tuples", "decode_value", "default_registry",
+    "arrow_field", "arrow_schema", "column_codecs", "decode_gathered", "decode_tuples", "decode_value", "default_registry",
     "format_array", "spark_schema", "spark_type", "to_arrow_array", "unchanged_columns_array",
     "RECOMMENDED_SESSION_SETTINGS", "UNCHANGED_TOAST", "TYPE_CATALOG_QUERY", "register_catalog_rows",
 ]

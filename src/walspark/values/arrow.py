@@ -19,13 +19,13 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .codecs import Codec
+from .codecs import Codec, RawColumn
 from .errors import ValueConversionError
 from .registry import DEFAULT_OPTIONS, ColumnOptions, TypeRegistry
 
 __all__ = [
     "ColumnSpec", "DecodedColumn", "to_arrow_array", "unchanged_columns_array", "arrow_field",
-    "arrow_schema", "column_codecs", "decode_tuples", "default_registry",
+    "arrow_schema", "column_codecs", "decode_tuples", "decode_gathered", "default_registry",
 ]
 
 _KINDS = {"n": "n", "u": "u", "t": "t", "b": "b", b"n": "n", b"u": "u", b"t": "t", b"b": "b",
@@ -91,23 +91,57 @@ def to_arrow_array(
     if len(ks) != len(values):
         raise ValueError(f"{len(ks)} kinds for {len(values)} values")
     present = set(ks)
+    unchanged = pa.array([k == "u" for k in ks], type=pa.bool_()) if "u" in present else None
+
+    def only(kind: str) -> list[bytes | None]:
+        return [v if k == kind else None for k, v in zip(ks, values)]
+
+    if "t" in present and "b" in present:  # text and binary values in one column: rare
+        try:
+            t, b = codec.arrow_from_text(only("t")), codec.arrow_from_binary(only("b"))
+        except ValueConversionError as exc:
+            raise exc.with_context(column=column, type_name=codec.name, type_oid=codec.oid) from None
+        return DecodedColumn(_whole(pc.if_else(pa.array([k == "b" for k in ks], type=pa.bool_()), b, t)), unchanged)
+    if "t" in present:
+        return DecodedColumn(_convert(codec, only("t"), binary=False, length=len(ks), column=column), unchanged)
+    if "b" in present:
+        return DecodedColumn(_convert(codec, only("b"), binary=True, length=len(ks), column=column), unchanged)
+    return DecodedColumn(pa.nulls(len(ks), type=codec.arrow_type), unchanged)
+
+
+def _convert(codec: Codec, raw: RawColumn | None, *, binary: bool, length: int, column: str | None) -> pa.Array:
+    """One column's raw values (all text or all binary; None: no value at all) through its codec."""
+    if raw is None:
+        return pa.nulls(length, type=codec.arrow_type)
     try:
-        if "t" in present and "b" not in present:
-            arr = codec.arrow_from_text([v if k == "t" else None for k, v in zip(ks, values)])
-        elif "b" in present and "t" not in present:
-            arr = codec.arrow_from_binary([v if k == "b" else None for k, v in zip(ks, values)])
-        elif "t" in present:
-            t = codec.arrow_from_text([v if k == "t" else None for k, v in zip(ks, values)])
-            b = codec.arrow_from_binary([v if k == "b" else None for k, v in zip(ks, values)])
-            arr = pc.if_else(pa.array([k == "b" for k in ks], type=pa.bool_()), b, t)
-        else:
-            arr = pa.nulls(len(ks), type=codec.arrow_type)
+        return _whole(codec.arrow_from_binary(raw) if binary else codec.arrow_from_text(raw))
     except ValueConversionError as exc:
         raise exc.with_context(column=column, type_name=codec.name, type_oid=codec.oid) from None
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    unchanged = pa.array([k == "u" for k in ks], type=pa.bool_()) if "u" in present else None
-    return DecodedColumn(arr, unchanged)
+
+
+def _whole(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def gathered_array(codec: Codec, gathered: tuple[Any, ...], length: int, *, column: str | None = None) -> DecodedColumn:
+    """Like :func:`to_arrow_array`, for a column the compiled hot path gathered into Arrow buffers.
+
+    ``gathered`` is one column of ``walspark_c.gather_columns``: ``(flags, null_count, kinds,
+    validity, unchanged, offsets, data)``. The buffers become an Arrow binary array as they are;
+    the codec converts that array as it would the list of bytes, so both paths give one result.
+    """
+    from walspark_c import HAS_BINARY, HAS_TEXT, HAS_UNCHANGED
+
+    flags, null_count, kinds, validity, unchanged_bits, offsets, data = gathered
+    raw = pa.Array.from_buffers(pa.binary(), length, [pa.py_buffer(validity), pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)], null_count)  # fmt: skip
+    if flags & HAS_TEXT and flags & HAS_BINARY:
+        return to_arrow_array(codec, kinds, raw.to_pylist(), column=column)
+    unchanged = (pa.Array.from_buffers(pa.bool_(), length, [None, pa.py_buffer(unchanged_bits)])
+                 if flags & HAS_UNCHANGED else None)  # fmt: skip
+    present = raw if flags & (HAS_TEXT | HAS_BINARY) else None
+    return DecodedColumn(_convert(codec, present, binary=bool(flags & HAS_BINARY), length=length, column=column),
+                         unchanged)  # fmt: skip
 
 
 def unchanged_columns_array(names: Sequence[str], columns: Sequence[DecodedColumn | pa.BooleanArray | None],
@@ -195,11 +229,29 @@ def decode_tuples(
     unchanged-TOAST column names."""
     codecs = column_codecs(columns, registry, options, binary=binary)
     names = [_spec(c)[0] for c in columns]
-    decoded = []
-    for j, (name, codec) in enumerate(zip(names, codecs)):
-        kinds = [t.kinds[j] for t in tuples]
-        values = [t.values[j] for t in tuples]
-        decoded.append(to_arrow_array(codec, kinds, values, column=name))
+    decoded = [to_arrow_array(codec, [t.kinds[j] for t in tuples], [t.values[j] for t in tuples], column=name)
+               for j, (name, codec) in enumerate(zip(names, codecs))]  # fmt: skip
+    return _batch(columns, codecs, decoded, len(tuples))
+
+
+def decode_gathered(
+    columns: Sequence[ColumnSpec | tuple[str, int, int]],
+    gathered: Sequence[tuple[Any, ...]],
+    length: int,
+    registry: TypeRegistry | None = None,
+    options: ColumnOptions | Mapping[str, ColumnOptions] | None = None,
+    *,
+    binary: bool = False,
+) -> tuple[pa.RecordBatch, pa.ListArray]:
+    """:func:`decode_tuples` for rows the compiled hot path gathered (``walspark_c.gather_columns``)."""
+    codecs = column_codecs(columns, registry, options, binary=binary)
+    decoded = [gathered_array(codec, g, length, column=_spec(c)[0]) for c, codec, g in zip(columns, codecs, gathered)]
+    return _batch(columns, codecs, decoded, length)
+
+
+def _batch(columns: Sequence[ColumnSpec | tuple[str, int, int]], codecs: Sequence[Codec],
+           decoded: Sequence[DecodedColumn], length: int) -> tuple[pa.RecordBatch, pa.ListArray]:
+    names = [_spec(c)[0] for c in columns]
     schema = pa.schema([arrow_field(n, k, _spec(c)[2]) for n, k, c in zip(names, codecs, columns)])
     batch = pa.RecordBatch.from_arrays([d.array for d in decoded], schema=schema)
-    return batch, unchanged_columns_array(names, decoded, len(tuples))
+    return batch, unchanged_columns_array(names, decoded, length)

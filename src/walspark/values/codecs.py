@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 Raw = bytes  # pgoutput hands values over as bytes
+#: A column of raw values: bytes per row (None for no value), or the same as an Arrow binary
+#: array (the compiled hot path builds that from the message buffers, no object per value).
+RawColumn = Sequence[Raw | None] | pa.BinaryArray
 Fn = Callable[[Any], Any]
 _CONVERSION_ERRORS = (ValueError, struct.error, IndexError, TypeError, OverflowError, ArithmeticError)
 
@@ -113,10 +116,10 @@ class Codec:
         raise ValueConversionError(f"unknown TupleData column kind {kind!r}", type_name=self.name, type_oid=self.oid)
 
     # -- per column ------------------------------------------------------------------
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
         return self._build(self.text_storage, values)
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
         return self._build(self.binary_storage, values)
 
     # -- helpers ---------------------------------------------------------------------
@@ -131,7 +134,9 @@ class Codec:
                 value=bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else data,
             ) from exc
 
-    def _build(self, fn: Fn, values: Sequence[Raw | None]) -> pa.Array:
+    def _build(self, fn: Fn, values: RawColumn) -> pa.Array:
+        values = raw_list(values)
+
         def run() -> list[Any]:
             return [None if v is None else fn(v) for v in values]
 
@@ -157,7 +162,7 @@ class ScalarCodec(Codec):
         self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn | None,
         to_python: Fn = _identity, to_storage: Fn = _identity, delimiter: str = ",",
         vector_text: Callable[[pa.Array], pa.Array] | None = None,
-        vector_binary: Callable[[Sequence[Raw | None]], pa.Array] | None = None,
+        vector_binary: Callable[[RawColumn], pa.Array] | None = None,
     ) -> None:
         super().__init__(oid, name, arrow_type, delimiter)
         self._text, self._binary, self._py, self._store = text, binary, to_python, to_storage
@@ -168,7 +173,7 @@ class ScalarCodec(Codec):
         self._vector_text = vector_text
         self._vector_binary = vector_binary
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
         if self._vector_binary is not None:
             try:
                 return self._vector_binary(values)
@@ -176,7 +181,7 @@ class ScalarCodec(Codec):
                 pass
         return super().arrow_from_binary(values)
 
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
         if self._vector_text is not None:
             try:
                 return self._vector_text(_utf8_array(values))
@@ -206,12 +211,13 @@ class _Fallback(Exception):
     """A vectorised path declines a column (e.g. it holds a sentinel); use the per-value one."""
 
 
-def unpack_column(values: Sequence[Raw | None], fmt: str, arrow_type: pa.DataType) -> pa.Array:
+def unpack_column(values: RawColumn, fmt: str, arrow_type: pa.DataType) -> pa.Array:
     """Fixed-size big-endian binary values -> an Arrow array, in one struct call.
 
     Raises _Fallback when a value has the wrong size, so that the per-value path reports it.
     """
     size = struct.calcsize(">" + fmt)
+    values = raw_list(values)
     present = [v for v in values if v is not None]
     if any(len(v) != size for v in present):
         raise _Fallback
@@ -222,7 +228,7 @@ def unpack_column(values: Sequence[Raw | None], fmt: str, arrow_type: pa.DataTyp
         raise _Fallback from None
 
 
-def shifted_column(values: Sequence[Raw | None], fmt: str, storage: pa.DataType, offset: int,
+def shifted_column(values: RawColumn, fmt: str, storage: pa.DataType, offset: int,
                    sentinels: tuple[int, int], arrow_type: pa.DataType) -> pa.Array:
     """date/timestamp binary -> Arrow: PostgreSQL's count from 2000 shifted to 1970.
 
@@ -239,9 +245,19 @@ def shifted_column(values: Sequence[Raw | None], fmt: str, storage: pa.DataType,
         raise _Fallback from None
 
 
-def _utf8_array(values: Sequence[Raw | None]) -> pa.Array:
+def raw_array(values: RawColumn) -> pa.BinaryArray:
+    """A column of raw values as an Arrow binary array (as it is, when it already is one)."""
+    return values if isinstance(values, pa.BinaryArray) else pa.array(values, type=pa.binary())
+
+
+def raw_list(values: RawColumn) -> Sequence[Raw | None]:
+    """A column of raw values as bytes per row, for the per-value paths."""
+    return values.to_pylist() if isinstance(values, pa.Array) else values
+
+
+def _utf8_array(values: RawColumn) -> pa.Array:
     """bytes -> Arrow string array, with Arrow's vectorised UTF-8 validation."""
-    return pa.array(values, type=pa.binary()).cast(pa.string())
+    return raw_array(values).cast(pa.string())
 
 
 class TextCodec(ScalarCodec):
@@ -261,7 +277,7 @@ class TextCodec(ScalarCodec):
         self._fast_text = fast_text
         self._prefix = binary_prefix
 
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
         if self._fast_text:
             try:
                 return _utf8_array(values)
@@ -269,7 +285,7 @@ class TextCodec(ScalarCodec):
                 pass  # per value below, for a precise error
         return super().arrow_from_text(values)
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
         if self._prefix == 0:
             try:
                 return _utf8_array(values)
@@ -292,13 +308,13 @@ class NumberCodec(ScalarCodec):
         super().__init__(oid, name, arrow_type, text, binary)
         self._fmt = fmt
 
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
         try:
             return pc.cast(_utf8_array(values), self.arrow_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
             return super().arrow_from_text(values)
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
         try:
             return unpack_column(values, self._fmt, self.arrow_type)
         except _Fallback:
@@ -308,8 +324,8 @@ class NumberCodec(ScalarCodec):
 class BoolCodec(ScalarCodec):
     __slots__ = ()
 
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
-        arr = pa.array(values, type=pa.binary())
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
+        arr = raw_array(values)
         is_t, is_f = pc.equal(arr, pa.scalar(b"t")), pc.equal(arr, pa.scalar(b"f"))
         if pc.all(pc.or_kleene(is_t, is_f)).as_py() in (True, None):
             return is_t
@@ -321,8 +337,8 @@ class BinaryCodec(ScalarCodec):
 
     __slots__ = ()
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
-        return pa.array(values, type=pa.binary())
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
+        return raw_array(values)
 
 
 # --- containers -------------------------------------------------------------------------
@@ -521,16 +537,16 @@ class UnknownCodec(Codec):
             "binary value of an unknown type in a text-mode column (resolve the schema with binary=True)"
         )
 
-    def arrow_from_text(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_text(self, values: RawColumn) -> pa.Array:
         if pa.types.is_binary(self.arrow_type):
-            return pa.array(values, type=pa.binary())
+            return raw_array(values)
         try:
             return _utf8_array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             return super().arrow_from_text(values)
 
-    def arrow_from_binary(self, values: Sequence[Raw | None]) -> pa.Array:
+    def arrow_from_binary(self, values: RawColumn) -> pa.Array:
         if pa.types.is_binary(self.arrow_type):
-            return pa.array(values, type=pa.binary())
+            return raw_array(values)
         return super().arrow_from_binary(values)
 

@@ -1,0 +1,11 @@
+"""walspark's optional compiled hot path.
+
+Like psycopg's ``psycopg_c`` beside ``psycopg``: a sibling package with the same results as
+the pure-Python code it replaces, which stays the reference and the fallback. walspark uses it
+when it is installed (see :mod:`walspark.compiled`); ``WALSPARK_PURE_PYTHON=1`` turns it off.
+"""
+
+from ._rows import HAS_BINARY, HAS_NULL, HAS_TEXT, HAS_UNCHANGED, gather_columns, scan_row_change
+
+__all__ = ["HAS_BINARY", "HAS_NULL", "HAS_TEXT", "HAS_UNCHANGED", "gather_columns", "scan_row_change"]
+__version__ = "0.1.0"

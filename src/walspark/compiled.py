@@ -1,0 +1,42 @@
+"""Which hot path is in force: the compiled one (``walspark_c``) or the pure-Python reference.
+
+``walspark_c`` is an optional sibling package (``c/`` in the source tree, built by ``./dev``
+set-up with the machine's C compiler), as ``psycopg_c`` is to psycopg: it scans row changes
+and gathers their values into Arrow buffers in C. Its results and errors are those of the
+pure-Python code, which stays the reference and the fallback: when the package is missing the
+pure path runs and this says so once per process; ``WALSPARK_PURE_PYTHON=1`` forces the pure
+path (to compare, or to rule the extension out).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+
+__all__ = ["IMPLEMENTATION", "PURE_VARIABLE", "speedups"]
+
+log = logging.getLogger(__name__)
+
+#: Set to 1 to run the pure-Python hot path even where ``walspark_c`` is installed.
+PURE_VARIABLE = "WALSPARK_PURE_PYTHON"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_VARIABLE, "").strip() not in ("", "0"):
+        log.info("%s is set: the pure-Python hot path is in force", PURE_VARIABLE)
+        return None
+    try:
+        import walspark_c
+    except ImportError as exc:
+        log.info("walspark_c is not installed (%s): the pure-Python hot path is in force "
+                 "(./dev setup builds it; pip install ./c)", exc)  # fmt: skip
+        return None
+    return walspark_c
+
+
+#: The compiled module, or None where the pure-Python path is in force.
+speedups: ModuleType | None = _load()
+
+#: ``"c"`` or ``"python"``: what the hot path runs on in this process.
+IMPLEMENTATION = "c" if speedups is not None else "python"

@@ -1,0 +1,91 @@
+"""The compiled row-change scan (``walspark_c``) against the pure-Python decoder: same messages, same parts.
+
+Every row change the strategies draw — each kind, each protocol version, inside and outside
+streamed blocks — and every truncation and single-byte change of one must be accepted by the
+compiled scan exactly when the reference decodes it, with the same Xid, relation and
+TupleData parts, gathered into the same kinds and values (``differential.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from walspark.compiled import PURE_VARIABLE, speedups
+from walspark.protocol import Insert, TupleData, encode_message
+
+from .differential import check_gather_hostile, check_row_change
+from .strategies import cases
+
+pytestmark = pytest.mark.skipif(speedups is None and os.environ.get(PURE_VARIABLE, "") not in ("", "0"),
+                                reason=f"{PURE_VARIABLE} is set: the compiled path is off")
+
+ROW_KINDS = st.sampled_from(["I", "U", "D"])
+
+
+def test_the_compiled_path_is_built() -> None:
+    """./dev setup builds walspark_c: a checkout whose build failed must not pass on the pure path alone."""
+    assert speedups is not None, "walspark_c is not installed: run ./dev setup (or pip install ./c)"
+
+
+@given(ROW_KINDS.flatmap(lambda kind: cases(kind=kind)))
+@settings(max_examples=300, deadline=None)
+def test_every_row_change_scans_like_the_reference(case) -> None:  # type: ignore[no-untyped-def]
+    check_row_change(speedups, encode_message(case.message), case.protocol_version, case.in_stream)
+
+
+@given(st.sampled_from(["B", "C", "R", "Y", "T", "M", "O", "S", "E", "c", "A", "b", "P", "K", "r", "p"])
+       .flatmap(lambda kind: cases(kind=kind)))
+@settings(max_examples=150, deadline=None)
+def test_other_messages_are_left_to_the_reference(case) -> None:  # type: ignore[no-untyped-def]
+    check_row_change(speedups, encode_message(case.message), case.protocol_version, case.in_stream,
+                     case.parallel_abort)
+
+
+@given(ROW_KINDS.flatmap(lambda kind: cases(kind=kind)), st.data())
+@settings(max_examples=400, deadline=None)
+def test_damaged_row_changes_are_refused_like_the_reference(case, data) -> None:  # type: ignore[no-untyped-def]
+    """Truncated, extended or with one byte changed: accepted only where the reference decodes it."""
+    encoded = bytearray(encode_message(case.message))
+    how = data.draw(st.sampled_from(["cut", "flip", "extend"]))
+    if how == "cut":
+        encoded = encoded[:data.draw(st.integers(0, len(encoded) - 1))]
+    elif how == "flip":
+        at = data.draw(st.integers(0, len(encoded) - 1))
+        encoded[at] = data.draw(st.integers(0, 255))
+    else:
+        encoded += data.draw(st.binary(min_size=1, max_size=8))
+    check_row_change(speedups, bytes(encoded), case.protocol_version, case.in_stream)
+    check_gather_hostile(speedups, bytes(encoded[1:]))
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=300, deadline=None)
+def test_any_bytes_as_a_part_gather_like_the_reference_reader(data: bytes) -> None:
+    check_gather_hostile(speedups, data)
+
+
+def test_negative_and_huge_lengths_never_read_out_of_bounds() -> None:
+    """A value length of -1 or 2**31 - 1 in a 20-byte message: refused, as the reference does."""
+    head = b"I" + (16384).to_bytes(4, "big") + b"N" + (1).to_bytes(2, "big") + b"t"
+    for length in (b"\xff\xff\xff\xff", b"\x7f\xff\xff\xff", b"\x00\x00\x00\x05"):
+        message = head + length + b"abc"
+        assert speedups.scan_row_change(message, False) is None
+        check_row_change(speedups, message, 4, False)
+        assert speedups.gather_columns([(message, 6)], 1) is None
+
+
+def test_gather_refuses_what_it_was_not_given() -> None:
+    """Wrong shapes of input are refused (None), not crashed on."""
+    message = encode_message(Insert(None, 1, TupleData("tn", (b"x", None))))
+    assert speedups.gather_columns([(message, 6)], 2) is not None
+    assert speedups.gather_columns([(bytearray(message), 6)], 2) is None
+    assert speedups.gather_columns([(message, -1)], 2) is None
+    assert speedups.gather_columns([(message, len(message))], 2) is None
+    assert speedups.gather_columns([(message,)], 2) is None
+    assert speedups.gather_columns([[message, 6]], 2) is None
+    assert speedups.gather_columns([(message, 6)], -1) is None
+    assert speedups.gather_columns([], 3) == [(speedups.HAS_NULL * 0, 0, b"", b"", b"", b"\0\0\0\0", b"")] * 3
