@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("pyspark")
 pytest.importorskip("delta")
@@ -300,8 +302,9 @@ def test_cli_prints_progress_and_consistent_point(spark, pg18_dsn: str, tmp_path
 
 
 def test_copy_splitters_agree(pg18_dsn: str) -> None:
-    """The vectorised field splitter and the field-by-field one read a real binary COPY alike."""
-    from walspark.spark.snapshot.snapshot_source import split_rows, split_rows_slow, strip_copy_header
+    """The compiled, the vectorised and the field-by-field splitters read a real binary COPY alike."""
+    from walspark.compiled import speedups
+    from walspark.spark.snapshot.snapshot_source import copy_columns, split_rows, split_rows_slow, strip_copy_header
 
     with _conn(pg18_dsn) as conn, conn.cursor() as cur:
         query = ("COPY (SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE repeat('x', g % 4) END, ''::text, NULL::int"
@@ -314,6 +317,33 @@ def test_copy_splitters_agree(pg18_dsn: str) -> None:
     slow = split_rows_slow(chunks, 4)
     assert [a.to_pylist() for a in fast] == [a.to_pylist() for a in slow]
     assert fast[1].null_count == 166 and fast[2].to_pylist() == [b""] * 500 and fast[3].null_count == 500
+    assert speedups is not None, "walspark_c is not installed: run ./dev setup"
+    assert speedups.split_copy_rows(chunks, 4) is not None
+    compiled = copy_columns(chunks, 4)
+    for array in compiled:
+        array.validate(full=True)
+    assert [a.to_pylist() for a in compiled] == [a.to_pylist() for a in slow]
+    assert [a.null_count for a in compiled] == [a.null_count for a in fast]
+
+
+@given(st.lists(st.binary(max_size=40), max_size=6), st.integers(0, 4))
+@settings(max_examples=300, deadline=None)
+def test_compiled_copy_splitter_takes_only_whole_rows(chunks: list[bytes], ncols: int) -> None:
+    """On any bytes the compiled splitter either refuses (None) or reads what the reference reads."""
+    from walspark.compiled import speedups
+    from walspark.spark.snapshot.snapshot_source import CopyFormatError, split_rows
+
+    assert speedups is not None, "walspark_c is not installed: run ./dev setup"
+    split = speedups.split_copy_rows(chunks, ncols)
+    try:
+        expected = [a.to_pylist() for a in split_rows(chunks, ncols)]
+    except CopyFormatError:
+        assert split is None, (chunks, ncols, split)
+        return
+    assert split is not None, (chunks, ncols)
+    got = [pa.Array.from_buffers(pa.binary(), len(chunks), [pa.py_buffer(v), pa.py_buffer(o), pa.py_buffer(d)], nulls)
+           for nulls, v, o, d in split]
+    assert [a.to_pylist() for a in got] == expected
 
 
 def test_fixed_width_path_matches_codecs(pg18_dsn: str) -> None:

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Row changes (Insert / Update / Delete) of pgoutput, scanned in C, their values gathered into Arrow buffers.
 
-Two functions, each the compiled twin of a pure-Python step of walspark:
+Three functions, each the compiled twin of a pure-Python step of walspark:
 
 * :func:`scan_row_change` reads the head of a row change and checks its TupleData parts —
   what ``walspark.protocol.decoder``'s row-change decoders do — but does not slice out the
@@ -13,6 +13,8 @@ Two functions, each the compiled twin of a pure-Python step of walspark:
   buffers of an Arrow ``binary`` array (validity bitmap, int32 offsets, data), the TupleData
   kind of each row, and a bitmap of the unchanged-TOAST rows. No Python object is made per
   value: pyarrow wraps the buffers as they are.
+* :func:`split_copy_rows` does the same for the rows of a binary COPY (the snapshot), whose
+  fields have the layout of binary pgoutput values.
 
 Every read is bounds-checked (a hostile length or count returns None, never reads past the
 buffer), and every loop is bounded by the bytes it consumes.
@@ -310,3 +312,98 @@ cdef void _free(void* a, void* b, void* c, void* d, void* e, void* f, void* g, v
     PyMem_Free(g)
     PyMem_Free(h)
     PyMem_Free(i)
+
+
+def split_copy_rows(list chunks not None, Py_ssize_t ncols):
+    """Rows of a binary COPY (one CopyData message per row, header and trailer removed) as Arrow
+    buffers per column, or None when a message is not exactly one row of ``ncols`` fields.
+
+    Returns one tuple per column: ``(null_count, validity, offsets, data)`` as in
+    :func:`gather_columns` (a field of negative length is NULL, as in
+    ``walspark.spark.snapshot.snapshot_source.split_rows``). On None the caller's reference
+    splitter reads the rows and raises its precise error.
+    """
+    cdef Py_ssize_t n = len(chunks), row, col, pos, end, bitmap_size
+    cdef int32_t length
+    cdef const uint8_t* p
+    cdef object buf
+    cdef int64_t* totals = NULL
+    cdef char** validity_at = NULL
+    cdef int32_t** offsets_at = NULL
+    cdef char** data_at = NULL
+    cdef int32_t* filled = NULL
+    cdef Py_ssize_t* nulls = NULL
+    cdef list outputs = []
+    if ncols < 0:
+        return None
+    bitmap_size = (n + 7) >> 3
+    totals = <int64_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int64_t))
+    validity_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
+    offsets_at = <int32_t**>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t*))
+    data_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
+    filled = <int32_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t))
+    nulls = <Py_ssize_t*>PyMem_Malloc(max(ncols, 1) * sizeof(Py_ssize_t))
+    if (totals == NULL or validity_at == NULL or offsets_at == NULL or data_at == NULL or filled == NULL
+            or nulls == NULL):
+        _free(totals, validity_at, offsets_at, data_at, filled, nulls, NULL, NULL, NULL)
+        raise MemoryError()
+    try:
+        for col in range(ncols):
+            totals[col] = 0
+            filled[col] = 0
+            nulls[col] = 0
+        # Pass 1: every message is one row of ncols fields, each inside the message.
+        for row in range(n):
+            buf = chunks[row]
+            if type(buf) is not bytes:
+                return None
+            end = PyBytes_GET_SIZE(buf)
+            p = <const uint8_t*>PyBytes_AS_STRING(buf)
+            if end < 2 or _u16(p) != ncols:
+                return None
+            pos = 2
+            for col in range(ncols):
+                if end - pos < 4:
+                    return None
+                length = <int32_t>_u32(p + pos)
+                pos += 4
+                if length >= 0:
+                    if <int64_t>length > <int64_t>(end - pos):
+                        return None
+                    pos += length
+                    totals[col] += length
+            if pos != end:
+                return None
+        for col in range(ncols):
+            if totals[col] > _INT32_MAX:
+                return None
+        for col in range(ncols):
+            validity = PyBytes_FromStringAndSize(NULL, bitmap_size)
+            offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4)
+            data = PyBytes_FromStringAndSize(NULL, totals[col])
+            outputs.append([0, validity, offsets, data])
+            validity_at[col] = PyBytes_AS_STRING(validity)
+            offsets_at[col] = <int32_t*>PyBytes_AS_STRING(offsets)
+            data_at[col] = PyBytes_AS_STRING(data)
+            memset(validity_at[col], 0, bitmap_size)
+            offsets_at[col][0] = 0
+        # Pass 2: copy (every read was checked in pass 1).
+        for row in range(n):
+            p = <const uint8_t*>PyBytes_AS_STRING(chunks[row])
+            pos = 2
+            for col in range(ncols):
+                length = <int32_t>_u32(p + pos)
+                pos += 4
+                if length >= 0:
+                    memcpy(data_at[col] + filled[col], p + pos, length)
+                    pos += length
+                    filled[col] += length
+                    _set_bit(validity_at[col], row)
+                else:
+                    nulls[col] += 1
+                offsets_at[col][row + 1] = filled[col]
+        for col in range(ncols):
+            outputs[col][0] = nulls[col]
+        return [tuple(o) for o in outputs]
+    finally:
+        _free(totals, validity_at, offsets_at, data_at, filled, nulls, NULL, NULL, NULL)

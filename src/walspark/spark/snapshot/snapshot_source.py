@@ -19,9 +19,10 @@ children are published as tables of their own (or not at all), and rows outside 
 publication's row filter are never streamed, so they must not be copied either.
 
 Binary COPY carries every value in its type's ``*send`` format, the very bytes pgoutput sends in
-binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. psycopg's C
-parser splits the COPY stream into fields (each field loaded as ``bytea``, i.e. its raw bytes),
-and the codecs then convert whole columns at a time into Arrow. Tables with a column whose type
+binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. Each CopyData
+message is one row; its fields are split into one Arrow binary array per column (in C with
+``walspark_c``, else with numpy, see :func:`copy_columns`), and the codecs then convert whole
+columns at a time into Arrow, with no Python object per value on the common paths. Tables with a column whose type
 walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
 (string) matches what the text-mode stream produces.
 
@@ -38,6 +39,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
+
+from walspark import compiled
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -255,6 +258,25 @@ def split_rows(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
     return columns
 
 
+def copy_columns(chunks: list[bytes], ncols: int, speedups: Any = compiled.speedups) -> list[pa.Array]:
+    """Rows of a binary COPY -> raw columns: compiled (``walspark_c``), else numpy, else field by field.
+
+    All three give the same arrays; the compiled splitter returns None on anything it does not
+    take (a message that is not one row, a column past 2 GiB), and the next one decides.
+    """
+    if speedups is not None:
+        split = speedups.split_copy_rows(chunks, ncols)
+        if split is not None:
+            n = len(chunks)
+            return [pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(validity), pa.py_buffer(offsets),
+                                                           pa.py_buffer(data)], nulls)  # fmt: skip
+                    for nulls, validity, offsets, data in split]
+    try:
+        return split_rows(chunks, ncols)
+    except CopyFormatError:
+        return split_rows_slow(chunks, ncols)
+
+
 def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
     """The same as :func:`split_rows`, one field at a time over the joined bytes (any framing)."""
     data = memoryview(b"".join(chunks))
@@ -369,20 +391,19 @@ class _Decoder:
 
     def batch_from_copy(self, chunks: list[bytes]) -> pa.RecordBatch:
         """One batch from binary COPY messages (one row each)."""
-        try:
-            raw = split_rows(chunks, len(self.names))
-        except CopyFormatError:
-            raw = split_rows_slow(chunks, len(self.names))
+        raw = copy_columns(chunks, len(self.names))
         done: dict[int, pa.Array] = {}
         for j, (codec, r) in enumerate(zip(self.codecs, raw)):
             if not self.as_text[j]:
                 arr = fixed_width_array(r, codec.oid, codec.arrow_type)
                 if arr is not None:
                     done[j] = arr
-        return self.batch(None, columns=[None if j in done else r.to_pylist() for j, r in enumerate(raw)],
-                          ready=done)
+        # The codecs take a binary array as it is (no Python object per value); a large_binary
+        # one (a column past 2 GiB) goes as a list.
+        return self.batch(None, columns=[None if j in done else r if pa.types.is_binary(r.type) else r.to_pylist()
+                                         for j, r in enumerate(raw)], ready=done)  # fmt: skip
 
-    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[list[Any] | None] | None = None,
+    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[Any] | None = None,
               ready: dict[int, pa.Array] | None = None) -> pa.RecordBatch:
         """Decode rows (text COPY) or columns of raw values (binary COPY) with the codecs."""
         arrays = []
