@@ -154,6 +154,9 @@ def unchanged_columns_array(names: Sequence[str], columns: Sequence[DecodedColum
     for c in columns:
         m = c.unchanged if isinstance(c, DecodedColumn) else c
         masks.append(None if m is None else m.to_pylist())
+    if all(m is None for m in masks):  # the common case: every row gets an empty list, built from buffers
+        zeros = pa.Array.from_buffers(pa.int32(), length + 1, [None, pa.py_buffer(bytes(4 * (length + 1)))])
+        return pa.ListArray.from_arrays(zeros, pa.array([], pa.string()))
     rows: list[list[str]] = [[] for _ in range(length)]
     for name, m in zip(names, masks):
         if m is None:
