@@ -158,6 +158,118 @@ cdef inline void _set_bit(char* bitmap, Py_ssize_t i) noexcept nogil:
     bitmap[i >> 3] = <char>(<uint8_t>bitmap[i >> 3] | (1 << (i & 7)))
 
 
+cdef class _Columns:
+    """The output of a two-pass gather: per column, first the sizes, then the Arrow buffers.
+
+    Pass 1 adds each value's length with :meth:`count`; :meth:`allocate` then makes each
+    column's buffers as fresh ``bytes`` objects, which pass 2 fills with :meth:`value` and
+    :meth:`no_value` (row by row, in order) before anyone else sees them.
+    """
+
+    cdef Py_ssize_t ncols, n, bitmap_size
+    cdef bint with_kinds
+    cdef int64_t* totals
+    cdef int32_t* filled
+    cdef Py_ssize_t* nulls
+    cdef int* flags
+    cdef char** kinds_at
+    cdef char** validity_at
+    cdef char** unchanged_at
+    cdef int32_t** offsets_at
+    cdef char** data_at
+    cdef list buffers
+
+    def __cinit__(self, Py_ssize_t ncols, Py_ssize_t n, bint with_kinds):
+        cdef Py_ssize_t size = max(ncols, 1)
+        self.ncols, self.n, self.with_kinds = ncols, n, with_kinds
+        self.bitmap_size = (n + 7) >> 3
+        self.totals = <int64_t*>PyMem_Malloc(size * sizeof(int64_t))
+        self.filled = <int32_t*>PyMem_Malloc(size * sizeof(int32_t))
+        self.nulls = <Py_ssize_t*>PyMem_Malloc(size * sizeof(Py_ssize_t))
+        self.flags = <int*>PyMem_Malloc(size * sizeof(int))
+        self.kinds_at = <char**>PyMem_Malloc(size * sizeof(char*))
+        self.validity_at = <char**>PyMem_Malloc(size * sizeof(char*))
+        self.unchanged_at = <char**>PyMem_Malloc(size * sizeof(char*))
+        self.offsets_at = <int32_t**>PyMem_Malloc(size * sizeof(int32_t*))
+        self.data_at = <char**>PyMem_Malloc(size * sizeof(char*))
+        if (self.totals == NULL or self.filled == NULL or self.nulls == NULL or self.flags == NULL
+                or self.kinds_at == NULL or self.validity_at == NULL or self.unchanged_at == NULL
+                or self.offsets_at == NULL or self.data_at == NULL):
+            raise MemoryError()
+        memset(self.totals, 0, size * sizeof(int64_t))
+        memset(self.filled, 0, size * sizeof(int32_t))
+        memset(self.nulls, 0, size * sizeof(Py_ssize_t))
+        memset(self.flags, 0, size * sizeof(int))
+        self.buffers = []
+
+    def __dealloc__(self):
+        PyMem_Free(self.totals)
+        PyMem_Free(self.filled)
+        PyMem_Free(self.nulls)
+        PyMem_Free(self.flags)
+        PyMem_Free(self.kinds_at)
+        PyMem_Free(self.validity_at)
+        PyMem_Free(self.unchanged_at)
+        PyMem_Free(self.offsets_at)
+        PyMem_Free(self.data_at)
+
+    cdef inline void count(self, Py_ssize_t col, uint32_t length, int flag) noexcept:
+        self.totals[col] += length
+        self.flags[col] |= flag
+
+    cdef bint allocate(self) except -1:
+        """Make the buffers; False when a column's values pass 2 GiB (int32 offsets)."""
+        cdef Py_ssize_t col
+        for col in range(self.ncols):
+            if self.totals[col] > _INT32_MAX:
+                return False
+        for col in range(self.ncols):
+            kinds = PyBytes_FromStringAndSize(NULL, self.n if self.with_kinds else 0)
+            validity = PyBytes_FromStringAndSize(NULL, self.bitmap_size)
+            unchanged = PyBytes_FromStringAndSize(NULL, self.bitmap_size if self.with_kinds else 0)
+            offsets = PyBytes_FromStringAndSize(NULL, (self.n + 1) * 4)
+            data = PyBytes_FromStringAndSize(NULL, self.totals[col])
+            self.buffers.append((kinds, validity, unchanged, offsets, data))
+            self.kinds_at[col] = PyBytes_AS_STRING(kinds)
+            self.validity_at[col] = PyBytes_AS_STRING(validity)
+            self.unchanged_at[col] = PyBytes_AS_STRING(unchanged)
+            self.offsets_at[col] = <int32_t*>PyBytes_AS_STRING(offsets)
+            self.data_at[col] = PyBytes_AS_STRING(data)
+            memset(self.validity_at[col], 0, self.bitmap_size)
+            if self.with_kinds:
+                memset(self.unchanged_at[col], 0, self.bitmap_size)
+            self.offsets_at[col][0] = 0
+        return True
+
+    cdef inline void value(self, Py_ssize_t col, Py_ssize_t row, uint8_t kind, const uint8_t* src,
+                           uint32_t length) noexcept:
+        memcpy(self.data_at[col] + self.filled[col], src, length)
+        self.filled[col] += <int32_t>length
+        _set_bit(self.validity_at[col], row)
+        self.offsets_at[col][row + 1] = self.filled[col]
+        if self.with_kinds:
+            self.kinds_at[col][row] = <char>kind
+
+    cdef inline void no_value(self, Py_ssize_t col, Py_ssize_t row, uint8_t kind) noexcept:
+        self.nulls[col] += 1
+        self.offsets_at[col][row + 1] = self.filled[col]
+        if self.with_kinds:
+            self.kinds_at[col][row] = <char>kind
+            if kind == K_UNCHANGED:
+                _set_bit(self.unchanged_at[col], row)
+
+    cdef list result(self):
+        cdef Py_ssize_t col
+        out = []
+        for col in range(self.ncols):
+            kinds, validity, unchanged, offsets, data = self.buffers[col]
+            if self.with_kinds:
+                out.append((self.flags[col], self.nulls[col], kinds, validity, unchanged, offsets, data))
+            else:
+                out.append((self.nulls[col], validity, offsets, data))
+        return out
+
+
 def gather_columns(list parts not None, Py_ssize_t ncols):
     """The TupleData parts of many rows, column by column, as Arrow buffers; None if they do not fit.
 
@@ -171,147 +283,72 @@ def gather_columns(list parts not None, Py_ssize_t ncols):
     ``validity`` the bitmap of rows with a value ('t' or 'b'); ``unchanged`` the bitmap of 'u'
     rows; ``offsets`` n + 1 int32 in the machine's byte order (Arrow's); ``data`` the values end to end.
     """
-    cdef Py_ssize_t n = len(parts), row, col, pos, end, bitmap_size
+    cdef Py_ssize_t n = len(parts), row, col, pos, end
     cdef uint32_t length
     cdef uint8_t k
     cdef const uint8_t* p
     cdef object part, buf
-    cdef int64_t* totals = NULL
-    cdef int* flags = NULL
-    cdef char** kinds_at = NULL
-    cdef char** validity_at = NULL
-    cdef char** unchanged_at = NULL
-    cdef int32_t** offsets_at = NULL
-    cdef char** data_at = NULL
-    cdef int32_t* filled = NULL
-    cdef Py_ssize_t* nulls = NULL
-    cdef list outputs = []
+    cdef _Columns out
     if ncols < 0:
         return None
-    bitmap_size = (n + 7) >> 3
-    totals = <int64_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int64_t))
-    flags = <int*>PyMem_Malloc(max(ncols, 1) * sizeof(int))
-    kinds_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    validity_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    unchanged_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    offsets_at = <int32_t**>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t*))
-    data_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    filled = <int32_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t))
-    nulls = <Py_ssize_t*>PyMem_Malloc(max(ncols, 1) * sizeof(Py_ssize_t))
-    if (totals == NULL or flags == NULL or kinds_at == NULL or validity_at == NULL or unchanged_at == NULL
-            or offsets_at == NULL or data_at == NULL or filled == NULL or nulls == NULL):
-        _free(totals, flags, kinds_at, validity_at, unchanged_at, offsets_at, data_at, filled, nulls)
-        raise MemoryError()
-    try:
-        for col in range(ncols):
-            totals[col] = 0
-            flags[col] = 0
-            filled[col] = 0
-            nulls[col] = 0
-        # Pass 1: check every part, add up each column's bytes and note its kinds.
-        for row in range(n):
-            part = parts[row]
-            if part is None:
-                for col in range(ncols):
-                    flags[col] |= F_NULL
-                continue
-            if type(part) is not tuple or len(<tuple>part) != 2:
-                return None
-            buf = (<tuple>part)[0]
-            if type(buf) is not bytes:
-                return None
-            pos = (<tuple>part)[1]
-            end = PyBytes_GET_SIZE(buf)
-            p = <const uint8_t*>PyBytes_AS_STRING(buf)
-            if pos < 0 or end - pos < 2 or _u16(p + pos) != ncols:
-                return None
-            pos += 2
+    out = _Columns(ncols, n, True)
+    # Pass 1: check every part, add up each column's bytes and note its kinds.
+    for row in range(n):
+        part = parts[row]
+        if part is None:
             for col in range(ncols):
-                if pos >= end:
-                    return None
-                k = p[pos]
-                if k == K_TEXT or k == K_BINARY:
-                    if end - pos < 5:
-                        return None
-                    length = _u32(p + pos + 1)
-                    pos += 5
-                    if <int64_t>length > <int64_t>(end - pos):
-                        return None
-                    pos += length
-                    totals[col] += length
-                    flags[col] |= F_TEXT if k == K_TEXT else F_BINARY
-                elif k == K_NULL:
-                    pos += 1
-                    flags[col] |= F_NULL
-                elif k == K_UNCHANGED:
-                    pos += 1
-                    flags[col] |= F_UNCHANGED
-                else:
-                    return None
+                out.count(col, 0, F_NULL)
+            continue
+        if type(part) is not tuple or len(<tuple>part) != 2:
+            return None
+        buf = (<tuple>part)[0]
+        if type(buf) is not bytes:
+            return None
+        pos = (<tuple>part)[1]
+        end = PyBytes_GET_SIZE(buf)
+        p = <const uint8_t*>PyBytes_AS_STRING(buf)
+        if pos < 0 or end - pos < 2 or _u16(p + pos) != ncols:
+            return None
+        pos += 2
         for col in range(ncols):
-            if totals[col] > _INT32_MAX:
+            if pos >= end:
                 return None
-        # Allocate each column's buffers (fresh bytes objects, filled before anyone sees them).
-        for col in range(ncols):
-            kinds = PyBytes_FromStringAndSize(NULL, n)
-            validity = PyBytes_FromStringAndSize(NULL, bitmap_size)
-            unchanged = PyBytes_FromStringAndSize(NULL, bitmap_size)
-            offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4)
-            data = PyBytes_FromStringAndSize(NULL, totals[col])
-            outputs.append([flags[col], 0, kinds, validity, unchanged, offsets, data])
-            kinds_at[col] = PyBytes_AS_STRING(kinds)
-            validity_at[col] = PyBytes_AS_STRING(validity)
-            unchanged_at[col] = PyBytes_AS_STRING(unchanged)
-            offsets_at[col] = <int32_t*>PyBytes_AS_STRING(offsets)
-            data_at[col] = PyBytes_AS_STRING(data)
-            memset(validity_at[col], 0, bitmap_size)
-            memset(unchanged_at[col], 0, bitmap_size)
-            offsets_at[col][0] = 0
-        # Pass 2: copy (every read was checked in pass 1).
-        for row in range(n):
-            part = parts[row]
-            if part is None:
-                for col in range(ncols):
-                    kinds_at[col][row] = K_NULL
-                    offsets_at[col][row + 1] = filled[col]
-                    nulls[col] += 1
-                continue
-            buf = (<tuple>part)[0]
-            pos = (<tuple>part)[1] + 2
-            p = <const uint8_t*>PyBytes_AS_STRING(buf)
+            k = p[pos]
+            if k == K_TEXT or k == K_BINARY:
+                if end - pos < 5:
+                    return None
+                length = _u32(p + pos + 1)
+                pos += 5
+                if <int64_t>length > <int64_t>(end - pos):
+                    return None
+                pos += length
+                out.count(col, length, F_TEXT if k == K_TEXT else F_BINARY)
+            elif k == K_NULL or k == K_UNCHANGED:
+                pos += 1
+                out.count(col, 0, F_NULL if k == K_NULL else F_UNCHANGED)
+            else:
+                return None
+    if not out.allocate():
+        return None
+    # Pass 2: copy (every read was checked in pass 1).
+    for row in range(n):
+        part = parts[row]
+        if part is None:
             for col in range(ncols):
-                k = p[pos]
-                kinds_at[col][row] = <char>k
-                if k == K_TEXT or k == K_BINARY:
-                    length = _u32(p + pos + 1)
-                    pos += 5
-                    memcpy(data_at[col] + filled[col], p + pos, length)
-                    pos += length
-                    filled[col] += <int32_t>length
-                    _set_bit(validity_at[col], row)
-                else:
-                    pos += 1
-                    nulls[col] += 1
-                    if k == K_UNCHANGED:
-                        _set_bit(unchanged_at[col], row)
-                offsets_at[col][row + 1] = filled[col]
+                out.no_value(col, row, K_NULL)
+            continue
+        p = <const uint8_t*>PyBytes_AS_STRING((<tuple>part)[0])
+        pos = (<tuple>part)[1] + 2
         for col in range(ncols):
-            outputs[col][1] = nulls[col]
-        return [tuple(o) for o in outputs]
-    finally:
-        _free(totals, flags, kinds_at, validity_at, unchanged_at, offsets_at, data_at, filled, nulls)
-
-
-cdef void _free(void* a, void* b, void* c, void* d, void* e, void* f, void* g, void* h, void* i) noexcept:
-    PyMem_Free(a)
-    PyMem_Free(b)
-    PyMem_Free(c)
-    PyMem_Free(d)
-    PyMem_Free(e)
-    PyMem_Free(f)
-    PyMem_Free(g)
-    PyMem_Free(h)
-    PyMem_Free(i)
+            k = p[pos]
+            if k == K_TEXT or k == K_BINARY:
+                length = _u32(p + pos + 1)
+                out.value(col, row, k, p + pos + 5, length)
+                pos += 5 + length
+            else:
+                out.no_value(col, row, k)
+                pos += 1
+    return out.result()
 
 
 def split_copy_rows(list chunks not None, Py_ssize_t ncols):
@@ -323,87 +360,48 @@ def split_copy_rows(list chunks not None, Py_ssize_t ncols):
     ``walspark.spark.snapshot.snapshot_source.split_rows``). On None the caller's reference
     splitter reads the rows and raises its precise error.
     """
-    cdef Py_ssize_t n = len(chunks), row, col, pos, end, bitmap_size
+    cdef Py_ssize_t n = len(chunks), row, col, pos, end
     cdef int32_t length
     cdef const uint8_t* p
     cdef object buf
-    cdef int64_t* totals = NULL
-    cdef char** validity_at = NULL
-    cdef int32_t** offsets_at = NULL
-    cdef char** data_at = NULL
-    cdef int32_t* filled = NULL
-    cdef Py_ssize_t* nulls = NULL
-    cdef list outputs = []
+    cdef _Columns out
     if ncols < 0:
         return None
-    bitmap_size = (n + 7) >> 3
-    totals = <int64_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int64_t))
-    validity_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    offsets_at = <int32_t**>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t*))
-    data_at = <char**>PyMem_Malloc(max(ncols, 1) * sizeof(char*))
-    filled = <int32_t*>PyMem_Malloc(max(ncols, 1) * sizeof(int32_t))
-    nulls = <Py_ssize_t*>PyMem_Malloc(max(ncols, 1) * sizeof(Py_ssize_t))
-    if (totals == NULL or validity_at == NULL or offsets_at == NULL or data_at == NULL or filled == NULL
-            or nulls == NULL):
-        _free(totals, validity_at, offsets_at, data_at, filled, nulls, NULL, NULL, NULL)
-        raise MemoryError()
-    try:
+    out = _Columns(ncols, n, False)
+    # Pass 1: every message is one row of ncols fields, each inside the message.
+    for row in range(n):
+        buf = chunks[row]
+        if type(buf) is not bytes:
+            return None
+        end = PyBytes_GET_SIZE(buf)
+        p = <const uint8_t*>PyBytes_AS_STRING(buf)
+        if end < 2 or _u16(p) != ncols:
+            return None
+        pos = 2
         for col in range(ncols):
-            totals[col] = 0
-            filled[col] = 0
-            nulls[col] = 0
-        # Pass 1: every message is one row of ncols fields, each inside the message.
-        for row in range(n):
-            buf = chunks[row]
-            if type(buf) is not bytes:
+            if end - pos < 4:
                 return None
-            end = PyBytes_GET_SIZE(buf)
-            p = <const uint8_t*>PyBytes_AS_STRING(buf)
-            if end < 2 or _u16(p) != ncols:
-                return None
-            pos = 2
-            for col in range(ncols):
-                if end - pos < 4:
+            length = <int32_t>_u32(p + pos)
+            pos += 4
+            if length >= 0:
+                if <int64_t>length > <int64_t>(end - pos):
                     return None
-                length = <int32_t>_u32(p + pos)
-                pos += 4
-                if length >= 0:
-                    if <int64_t>length > <int64_t>(end - pos):
-                        return None
-                    pos += length
-                    totals[col] += length
-            if pos != end:
-                return None
+                pos += length
+                out.count(col, length, F_BINARY)
+        if pos != end:
+            return None
+    if not out.allocate():
+        return None
+    # Pass 2: copy (every read was checked in pass 1).
+    for row in range(n):
+        p = <const uint8_t*>PyBytes_AS_STRING(chunks[row])
+        pos = 2
         for col in range(ncols):
-            if totals[col] > _INT32_MAX:
-                return None
-        for col in range(ncols):
-            validity = PyBytes_FromStringAndSize(NULL, bitmap_size)
-            offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4)
-            data = PyBytes_FromStringAndSize(NULL, totals[col])
-            outputs.append([0, validity, offsets, data])
-            validity_at[col] = PyBytes_AS_STRING(validity)
-            offsets_at[col] = <int32_t*>PyBytes_AS_STRING(offsets)
-            data_at[col] = PyBytes_AS_STRING(data)
-            memset(validity_at[col], 0, bitmap_size)
-            offsets_at[col][0] = 0
-        # Pass 2: copy (every read was checked in pass 1).
-        for row in range(n):
-            p = <const uint8_t*>PyBytes_AS_STRING(chunks[row])
-            pos = 2
-            for col in range(ncols):
-                length = <int32_t>_u32(p + pos)
-                pos += 4
-                if length >= 0:
-                    memcpy(data_at[col] + filled[col], p + pos, length)
-                    pos += length
-                    filled[col] += length
-                    _set_bit(validity_at[col], row)
-                else:
-                    nulls[col] += 1
-                offsets_at[col][row + 1] = filled[col]
-        for col in range(ncols):
-            outputs[col][0] = nulls[col]
-        return [tuple(o) for o in outputs]
-    finally:
-        _free(totals, validity_at, offsets_at, data_at, filled, nulls, NULL, NULL, NULL)
+            length = <int32_t>_u32(p + pos)
+            pos += 4
+            if length >= 0:
+                out.value(col, row, K_BINARY, p + pos, length)
+                pos += length
+            else:
+                out.no_value(col, row, K_NULL)
+    return out.result()
