@@ -90,14 +90,21 @@ def test_max_rows_per_batch_and_available_now_stop_at_the_start_position(spark, 
     expected = len(work.changes)
 
     df = _reader(spark, source_dsn, tmp_path / "staging", maxRowsPerBatch="20").load()
-    query = _start(df, tmp_path, {"availableNow": True})
-    work.start(pause=0.01)  # keeps writing while the query runs: it must stop anyway
+    # Every batch's progress, not only the last 100 (the default): on a slow host the workload
+    # below writes enough before the query fixes its end for the big batch to scroll out.
+    retention = spark.conf.get("spark.sql.streaming.numRecentProgressUpdates")
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     try:
-        assert query.awaitTermination(300)
+        query = _start(df, tmp_path, {"availableNow": True})
+        work.start(pause=0.01)  # keeps writing while the query runs: it must stop anyway
+        try:
+            assert query.awaitTermination(300)
+        finally:
+            work.stop()
+        assert query.exception() is None
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     finally:
-        work.stop()
-    assert query.exception() is None
-    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", retention)
     assert max(sizes) == big and all(n <= 20 for n in sizes if n != big)
     assert len(sizes) >= expected // 20
     got = sink_changes(spark, tmp_path / "out")
