@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .codecs import Codec, RawColumn
+from .codecs import Codec, RawColumn, raw_array_from_buffers
 from .errors import ValueConversionError
 from .registry import DEFAULT_OPTIONS, ColumnOptions, TypeRegistry
 
@@ -133,8 +133,7 @@ def gathered_array(codec: Codec, gathered: tuple[Any, ...], length: int, *, colu
     from walspark_c import HAS_BINARY, HAS_TEXT, HAS_UNCHANGED
 
     flags, null_count, kinds, validity, unchanged_bits, offsets, data = gathered
-    raw = pa.Array.from_buffers(pa.binary(), length, [pa.py_buffer(validity), pa.py_buffer(offsets),
-                                                      pa.py_buffer(data)], null_count)  # fmt: skip
+    raw = raw_array_from_buffers(length, validity, offsets, data, null_count)
     if flags & HAS_TEXT and flags & HAS_BINARY:
         return to_arrow_array(codec, kinds, raw.to_pylist(), column=column)
     unchanged = (pa.Array.from_buffers(pa.bool_(), length, [None, pa.py_buffer(unchanged_bits)])
@@ -234,7 +233,7 @@ def decode_tuples(
     names = [_spec(c)[0] for c in columns]
     decoded = [to_arrow_array(codec, [t.kinds[j] for t in tuples], [t.values[j] for t in tuples], column=name)
                for j, (name, codec) in enumerate(zip(names, codecs))]  # fmt: skip
-    return _batch(columns, codecs, decoded, len(tuples))
+    return _batch(columns, names, codecs, decoded, len(tuples))
 
 
 def decode_gathered(
@@ -248,13 +247,13 @@ def decode_gathered(
 ) -> tuple[pa.RecordBatch, pa.ListArray]:
     """:func:`decode_tuples` for rows the compiled hot path gathered (``walspark_c.gather_columns``)."""
     codecs = column_codecs(columns, registry, options, binary=binary)
-    decoded = [gathered_array(codec, g, length, column=_spec(c)[0]) for c, codec, g in zip(columns, codecs, gathered)]
-    return _batch(columns, codecs, decoded, length)
-
-
-def _batch(columns: Sequence[ColumnSpec | tuple[str, int, int]], codecs: Sequence[Codec],
-           decoded: Sequence[DecodedColumn], length: int) -> tuple[pa.RecordBatch, pa.ListArray]:
     names = [_spec(c)[0] for c in columns]
+    decoded = [gathered_array(codec, g, length, column=name) for name, codec, g in zip(names, codecs, gathered)]
+    return _batch(columns, names, codecs, decoded, length)
+
+
+def _batch(columns: Sequence[ColumnSpec | tuple[str, int, int]], names: Sequence[str], codecs: Sequence[Codec],
+           decoded: Sequence[DecodedColumn], length: int) -> tuple[pa.RecordBatch, pa.ListArray]:
     schema = pa.schema([arrow_field(n, k, _spec(c)[2]) for n, k, c in zip(names, codecs, columns)])
     batch = pa.RecordBatch.from_arrays([d.array for d in decoded], schema=schema)
     return batch, unchanged_columns_array(names, decoded, length)

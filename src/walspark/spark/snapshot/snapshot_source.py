@@ -22,8 +22,8 @@ Binary COPY carries every value in its type's ``*send`` format, the very bytes p
 binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. Each CopyData
 message is one row; its fields are split into one Arrow binary array per column (in C with
 ``walspark_c``, else with numpy, see :func:`copy_columns`), and the codecs then convert whole
-columns at a time into Arrow, with no Python object per value on the common paths. Tables with a column whose type
-walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
+columns at a time into Arrow, with no Python object per value on the common paths. Tables with
+a column whose type walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
 (string) matches what the text-mode stream produces.
 
 The plan travels as one JSON option (``plan``), built by :mod:`walspark.spark.snapshot.initial`; users
@@ -39,10 +39,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
-
-from walspark import compiled
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
+
+from walspark import compiled
 
 __all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSource", "register", "copy_query"]
 
@@ -267,9 +267,9 @@ def copy_columns(chunks: list[bytes], ncols: int, speedups: Any = compiled.speed
     if speedups is not None:
         split = speedups.split_copy_rows(chunks, ncols)
         if split is not None:
-            n = len(chunks)
-            return [pa.Array.from_buffers(pa.binary(), n, [pa.py_buffer(validity), pa.py_buffer(offsets),
-                                                           pa.py_buffer(data)], nulls)  # fmt: skip
+            from walspark.values.codecs import raw_array_from_buffers
+
+            return [raw_array_from_buffers(len(chunks), validity, offsets, data, nulls)
                     for nulls, validity, offsets, data in split]
     try:
         return split_rows(chunks, ncols)
