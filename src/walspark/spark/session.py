@@ -81,6 +81,10 @@ def spark_session(
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
+        # Parquet's own microsecond timestamps, not Spark's legacy INT96 (nanoseconds in 96 bits):
+        # every reader (delta-rs, DuckDB, Trino, pyarrow) reads them exactly, the ±infinity
+        # sentinels (docs/types.md) included, where INT96 overflows in nanosecond readers.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
     }
     if launched_by_spark_submit() or _jvm_running():
