@@ -236,15 +236,9 @@ def _delta_rs_rows(path: str, table: PublishedTable) -> list[tuple] | None:
     for column in result.columns:
         plain = _integer_temporals(column.type)
         values = (column if plain == column.type else column.cast(plain)).to_pylist()
-        columns.append(values if plain == column.type and not _nested(column.type)
+        columns.append(values if plain == column.type and not pa.types.is_nested(column.type)
                        else [_from_arrow(v, column.type) for v in values])
     return list(zip(*columns, strict=True))
-
-
-def _nested(dtype: Any) -> bool:
-    import pyarrow as pa
-
-    return isinstance(dtype, (pa.ListType, pa.LargeListType, pa.MapType, pa.StructType))
 
 
 def _integer_temporals(dtype: Any) -> Any:
