@@ -26,6 +26,7 @@ from walspark.spark.lake.evolution import SchemaEvolutionError
 from walspark.spark.lake.frames import change_dataframe
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
+from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS, table_properties
 
 pytestmark = pytest.mark.spark
 
@@ -89,6 +90,42 @@ def source_factory(pg18_dsn, spark) -> Iterator:
     yield make
     for s in made:
         s.close()
+
+
+@pytest.fixture(params=[False, True], ids=["copy-on-write", "deletion-vectors"])
+def deletion_vectors(request, spark) -> Iterator[bool]:
+    """Both kinds of table walspark creates: small ones rewrite files, large ones get deletion
+    vectors (``spark.walspark.deletionVectors.minRows``; 0 gives every table them)."""
+    spark.conf.set(DELETION_VECTORS_MIN_ROWS, "0" if request.param else "-1")
+    yield request.param
+    spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
+
+
+def has_deletion_vectors(spark, path: str) -> bool:
+    return "deletionVectors" in (spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["tableFeatures"] or [])
+
+
+def assert_deletion_vectors(spark, path: str, expected: bool) -> None:
+    """The table has deletion vectors if and only if ``expected``. With them, no MERGE copied a
+    row it kept into a new file (rows removed are marked instead, or their file is dropped when
+    no row of it is left); without, no MERGE wrote a vector."""
+    assert has_deletion_vectors(spark, path) is expected
+    metrics = [r["operationMetrics"] or {} for r in
+               spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where("operation = 'MERGE'").collect()]  # fmt: skip
+    assert metrics, "no MERGE ran"
+    copied = sum(int(m.get("numTargetRowsCopied", 0)) for m in metrics)
+    vectors = sum(int(m.get("numTargetDeletionVectorsAdded", 0)) for m in metrics)
+    assert copied == 0 if expected else vectors == 0, metrics
+
+
+def test_table_properties_give_large_tables_deletion_vectors():
+    default = table_properties(None, 999_999)
+    assert default == {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"}
+    assert table_properties(None, 1_000_000)["delta.enableDeletionVectors"] == "true"
+    assert table_properties({DELETION_VECTORS_MIN_ROWS: "0"}, None)["delta.enableDeletionVectors"] == "true"
+    assert "delta.enableDeletionVectors" not in table_properties({DELETION_VECTORS_MIN_ROWS: "-1"}, 10**12)
+    with pytest.raises(ValueError, match="deletionVectors.minRows must be a number of rows, not 'many'"):
+        table_properties({DELETION_VECTORS_MIN_ROWS: "many"}, 1)
 
 
 def delta_rows(spark, path: str, drop: tuple[str, ...] = ()) -> list[dict]:
@@ -166,7 +203,7 @@ def _random_txn(src: Source, rnd: random.Random, live: set[int], next_id: list[i
     )
 
 
-def test_scd1_random_workload_equals_source(source_factory, spark, tmp_path):
+def test_scd1_random_workload_equals_source(source_factory, spark, tmp_path, deletion_vectors):
     src = source_factory(WORKLOAD_DDL)
     target = str(tmp_path / "lake")
     rnd = random.Random(7)
@@ -182,6 +219,7 @@ def test_scd1_random_workload_equals_source(source_factory, spark, tmp_path):
     # applied batch, no more.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/items`").where("userMetadata LIKE '%batch_id%'")
     assert history.count() == 2
+    assert_deletion_vectors(spark, f"{target}/public/items", deletion_vectors)
 
 
 def _blob(rnd: random.Random, n: int) -> str:
@@ -234,7 +272,7 @@ def test_toast_values_survive_updates_in_one_batch_and_across(source_factory, sp
     assert_equal(spark, src, target, "public.docs", ("doc",))
 
 
-def test_truncate_in_the_middle_of_a_batch(source_factory, spark, tmp_path):
+def test_truncate_in_the_middle_of_a_batch(source_factory, spark, tmp_path, deletion_vectors):
     src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v text)")
     target = str(tmp_path / "lake")
     src.sql("INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 20) g")
@@ -249,6 +287,7 @@ def test_truncate_in_the_middle_of_a_batch(source_factory, spark, tmp_path):
     apply_changes(df, 1, target=target)
     assert_equal(spark, src, target, "public.t")
     assert sorted(r["id"] for r in delta_rows(spark, f"{target}/public/t")) == [30, 31]
+    assert has_deletion_vectors(spark, f"{target}/public/t") is deletion_vectors  # the truncate removed whole files
 
 
 def test_replayed_batch_changes_nothing(source_factory, spark, tmp_path):
@@ -324,7 +363,7 @@ def test_identifiers_of_any_form_keep_their_names(source_factory, spark, tmp_pat
     assert canon(delta_rows(spark, path)) == canon(src.rows(table))
 
 
-def test_tables_without_a_key(source_factory, spark, tmp_path):
+def test_tables_without_a_key(source_factory, spark, tmp_path, deletion_vectors):
     src = source_factory(
         "CREATE TABLE full_t (a int, b text); ALTER TABLE full_t REPLICA IDENTITY FULL;"
         "CREATE TABLE log_t (a int, b text); ALTER TABLE log_t REPLICA IDENTITY NOTHING;"
@@ -340,6 +379,7 @@ def test_tables_without_a_key(source_factory, spark, tmp_path):
     src.sql("TRUNCATE log_t", "INSERT INTO log_t VALUES (3, 'c')")
     src.apply(target)
     assert_equal(spark, src, target, "public.log_t")
+    assert_deletion_vectors(spark, f"{target}/public/full_t", deletion_vectors)
 
 
 def test_schema_evolution_add_drop_widen_and_incompatible(source_factory, spark, tmp_path):
@@ -417,7 +457,7 @@ def _intervals(spark, path: str, key: int) -> list[tuple]:
     return [(r["v"], r[START_AT]["lsn"], r[END_AT]["lsn"] if r[END_AT] else None) for r in rows]
 
 
-def test_scd2_history_of_one_key(source_factory, spark, tmp_path):
+def test_scd2_history_of_one_key(source_factory, spark, tmp_path, deletion_vectors):
     src = source_factory("CREATE TABLE h (id int PRIMARY KEY, v text, big text);"
                          "ALTER TABLE h ALTER COLUMN big SET STORAGE EXTERNAL")  # fmt: skip
     target = str(tmp_path / "lake")

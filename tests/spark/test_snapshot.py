@@ -28,6 +28,7 @@ import psycopg  # noqa: E402
 
 from walspark.protocol import Decoder, Delete, Insert, Update  # noqa: E402
 from walspark.source.slots import get_slot  # noqa: E402
+from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS  # noqa: E402
 from walspark.source.sqlinterface import slot_changes  # noqa: E402
 from walspark.spark.snapshot.initial import (  # noqa: E402
     SnapshotProgress,
@@ -250,7 +251,12 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
         # A crash would have left the slot behind: recreate it to prove the rerun cleans it up.
         conn.execute("SELECT pg_create_logical_replication_slot('snap_fail', 'pgoutput')")
         conn.execute("INSERT INTO b VALUES (5001, 'late')")
-        result = run_snapshot(spark, pg18_dsn, "pub", "snap_fail", str(tmp_path), partition_pages=4)
+        conn.execute("ANALYZE a, b, e")  # the estimate that decides on deletion vectors
+        spark.conf.set(DELETION_VECTORS_MIN_ROWS, "1000")
+        try:
+            result = run_snapshot(spark, pg18_dsn, "pub", "snap_fail", str(tmp_path), partition_pages=4)
+        finally:
+            spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
         assert get_slot(conn, "snap_fail").confirmed_flush_lsn == result.consistent_point
     assert read_record(str(tmp_path)).complete
     counts = {t.table: t.rows for t in result.tables}
@@ -258,6 +264,9 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
     assert spark.read.format("delta").load(str(tmp_path / "public" / "e")).columns == ["id", "x"]
     b = spark.read.format("delta").load(str(tmp_path / "public" / "b"))
     assert b.count() == 5001 and b.where("id = 5001").first()["x"] == "late"
+    features = {t: spark.sql(f"DESCRIBE DETAIL delta.`{tmp_path / 'public' / t}`").first()["tableFeatures"] or []
+                for t in "abe"}  # fmt: skip
+    assert {t: "deletionVectors" in f for t, f in features.items()} == {"a": True, "b": True, "e": False}
     # A second run sees the complete record and does nothing.
     again = run_snapshot(spark, pg18_dsn, "pub", "snap_fail", str(tmp_path))
     assert again.skipped and again.consistent_point == result.consistent_point

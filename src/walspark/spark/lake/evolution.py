@@ -47,7 +47,7 @@ from walspark.spark.datasource.schema import (
     MISSING_KEY,
     SAME_AS_KEY,
 )
-from walspark.spark.lake.tables import TABLE_PROPERTIES, quote
+from walspark.spark.lake.tables import quote, table_properties
 
 __all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_catalog",
            "follow_ddl", "parse_attnums"]
@@ -172,7 +172,7 @@ class TargetTable:
             builder = builder.addColumn(f.name, f.dataType, nullable=True)
         for name, ddl in extra_ddl:
             builder = builder.addColumn(name, ddl, nullable=True)
-        for k, v in TABLE_PROPERTIES.items():
+        for k, v in table_properties(self.spark.conf).items():  # a new table has no rows yet
             builder = builder.property(k, v)
         ids = attnums_property(fields)
         if ids is not None:

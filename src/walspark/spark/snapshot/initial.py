@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
-from walspark.spark.lake.tables import TABLE_PROPERTIES, table_path
+from walspark.spark.lake.tables import table_path
+from walspark.spark.lake.tables import table_properties as target_properties
 from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
 from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
 from walspark.storage import Location, location, state_home
@@ -76,7 +77,6 @@ __all__ = [
     "record_path",
     "run_snapshot",
     "table_path",
-    "TABLE_PROPERTIES",
 ]
 
 log = logging.getLogger(__name__)
@@ -513,12 +513,14 @@ def _written_rows(spark: SparkSession, path: str) -> int:
     return int(metrics.get("numOutputRows", 0))
 
 
-def table_properties(plan: TablePlan) -> dict[str, str]:
-    """The properties of a copied table: column mapping (any PostgreSQL name fits) and each
+def table_properties(plan: TablePlan, spark: SparkSession) -> dict[str, str]:
+    """The properties of a copied table: column mapping (any PostgreSQL name fits), deletion
+    vectors for a large one (:func:`~walspark.spark.lake.tables.table_properties`), and each
     column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
     from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, ColumnIds
 
-    props = dict(TABLE_PROPERTIES)
+    rows = plan.estimated_rows if plan.estimated_rows is not None else plan.pages * ASSUMED_ROWS_PER_PAGE
+    props = target_properties(spark.conf, rows)
     if plan.attnums:
         props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
     return props
@@ -553,7 +555,7 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     df.createOrReplaceTempView(view)
     from walspark.spark.lake.evolution import sql_string
 
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan).items())
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan, spark).items())
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
     started = time.monotonic()

@@ -234,7 +234,7 @@ def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
 
     view = f"walspark_copy_{uuid.uuid4().hex}"
     spark.createDataFrame([], schema).createOrReplaceTempView(view)
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan).items())
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan, spark).items())
     try:
         spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
                   f"AS SELECT * FROM `{view}`")  # fmt: skip
