@@ -85,6 +85,10 @@ def spark_session(
         # every reader (delta-rs, DuckDB, Trino, pyarrow) reads them exactly, the ±infinity
         # sentinels (docs/types.md) included, where INT96 overflows in nanosecond readers.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        # How long a Python process Spark starts (the pgoutput stream's source runner, a worker)
+        # has to connect back to the JVM. Spark's 15 s ran out on a 2-core host busy with Spark
+        # and PostgreSQL ("Python worker failed to connect back"), failing a healthy query.
+        "spark.python.authenticate.socketTimeout": "120s",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
     }
     if launched_by_spark_submit() or _jvm_running():
