@@ -153,3 +153,8 @@ def per_table(changes: list[tuple[str, str, int, int | None]]) -> dict[str, list
     for table, op, key, seq in changes:
         out.setdefault(table, []).append((op, key, seq))
     return out
+
+
+def has_deletion_vectors(spark, path: str) -> bool:
+    """Whether the Delta table at ``path`` has the deletion vectors feature."""
+    return "deletionVectors" in (spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["tableFeatures"] or [])

@@ -28,6 +28,8 @@ from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS, table_properties
 
+from .support import has_deletion_vectors
+
 pytestmark = pytest.mark.spark
 
 
@@ -99,10 +101,6 @@ def deletion_vectors(request, spark) -> Iterator[bool]:
     spark.conf.set(DELETION_VECTORS_MIN_ROWS, "0" if request.param else "-1")
     yield request.param
     spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
-
-
-def has_deletion_vectors(spark, path: str) -> bool:
-    return "deletionVectors" in (spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["tableFeatures"] or [])
 
 
 def assert_deletion_vectors(spark, path: str, expected: bool) -> None:

@@ -113,6 +113,11 @@ class Relation:
     pages: int
     estimated_rows: int | None
 
+    @property
+    def rows_or_guess(self) -> int:
+        """The estimate, or :data:`ASSUMED_ROWS_PER_PAGE` per page for a relation never analysed."""
+        return self.estimated_rows if self.estimated_rows is not None else self.pages * ASSUMED_ROWS_PER_PAGE
+
 
 @dataclass(slots=True)
 class TablePlan:
@@ -167,7 +172,7 @@ def plan_partitions(plan: TablePlan, *, parallelism: int, partition_rows: int = 
     """
     ranges: list[CtidRange] = []
     for rel in plan.relations:
-        rows = rel.estimated_rows if rel.estimated_rows is not None else rel.pages * ASSUMED_ROWS_PER_PAGE
+        rows = rel.rows_or_guess
         if partition_pages is not None:
             chunk = max(1, partition_pages)
         elif rel.pages <= 1 or rows < small_rows:
@@ -519,8 +524,7 @@ def table_properties(plan: TablePlan, spark: SparkSession) -> dict[str, str]:
     column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
     from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, ColumnIds
 
-    rows = plan.estimated_rows if plan.estimated_rows is not None else plan.pages * ASSUMED_ROWS_PER_PAGE
-    props = target_properties(spark.conf, rows)
+    props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations))
     if plan.attnums:
         props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
     return props
