@@ -1,7 +1,8 @@
 """walspark: PostgreSQL logical replication (pgoutput) into Delta Lake tables through Spark.
 
 ``walspark.Pipeline`` is the library form of ``walspark run`` (see :mod:`walspark.pipeline`);
-it is imported on first use, so ``import walspark`` stays cheap (no PySpark).
+``walspark.maintain`` keeps a pipeline's tables lean (``walspark maintain``). Both are imported
+on first use, so ``import walspark`` stays cheap (no PySpark).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__"]
+__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__", "maintain"]
 
 if TYPE_CHECKING:
     from walspark.pipeline import Pipeline, PipelineHandle, PipelineStatus, RunSummary
+    from walspark.spark.lake.maintenance import maintain
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +23,8 @@ def __getattr__(name: str) -> Any:
         import walspark.pipeline
 
         return getattr(walspark.pipeline, name)
+    if name == "maintain":
+        from walspark.spark.lake.maintenance import maintain
+
+        return maintain
     raise AttributeError(f"module 'walspark' has no attribute {name!r}")

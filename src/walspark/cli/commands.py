@@ -6,3 +6,4 @@ from walspark.cli import snapshot  # noqa: F401
 from walspark.cli import run  # noqa: F401
 from walspark.cli import resnapshot  # noqa: F401
 from walspark.cli import jars  # noqa: F401
+from walspark.cli import maintain  # noqa: F401

@@ -228,6 +228,25 @@ class Location:
         return sorted((Location(self.fs, i.path.rstrip("/"), self.prefix, self.settings) for i in infos),
                       key=lambda loc: loc.name)
 
+    def tree_files(self) -> dict[str, int]:
+        """Every file under this folder, at any depth: its path below the folder and its bytes
+        (empty if the folder does not exist). One listing on an object store."""
+        if self.fs is None:
+            found: dict[str, int] = {}
+            for root, _dirs, files in os.walk(self.path):
+                for name in files:
+                    full = os.path.join(root, name)
+                    try:
+                        found[os.path.relpath(full, self.path)] = os.stat(full).st_size
+                    except FileNotFoundError:  # removed while walking
+                        pass
+            return found
+        import pyarrow.fs as pafs
+
+        base = self.path.rstrip("/") + "/"
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True, recursive=True))
+        return {i.path[len(base):]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+
     def open_arrow(self) -> Any:
         """A random-access Arrow input (memory-mapped when local), for Arrow IPC files."""
         import pyarrow as pa

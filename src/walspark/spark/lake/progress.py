@@ -41,6 +41,11 @@ from walspark.protocol.lsn import format_lsn
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Delta auto compaction, set when the first append creates the progress table: once it has 50
+#: small files, Delta bin-packs them after the commit that made them, so a pipeline's every-batch
+#: appends leave a bounded number of files (each append writes one).
+AUTO_COMPACT = "delta.autoOptimize.autoCompact"
+
 PROGRESS_DDL = (
     "app_id STRING, schema_name STRING, table_name STRING, batch_id BIGINT, "
     "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP"
@@ -150,7 +155,8 @@ class ProgressTable:
             PROGRESS_DDL,
         )
         known = self._load()
-        df.write.format("delta").mode("append").save(self.path)
+        # one file per append, and auto compaction (set when the first append creates the table)
+        df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true").save(self.path)
         for r in records:
             key = (r.app_id, r.schema, r.table)
             previous = known.get(key)
@@ -160,3 +166,43 @@ class ProgressTable:
                 else max(previous.commit_lsn, r.commit_lsn or 0)
             )
             known[key] = Progress(max(r.batch_id, previous.batch_id if previous else r.batch_id), lsn)
+
+    def compact(self) -> int:
+        """Keep one row per ``(app_id, schema, table)``: its last batch (and its highest commit LSN).
+
+        Every batch appends a row per table, so a pipeline of 4 tables and a 1 s trigger adds
+        345,600 rows a day; auto compaction bounds the files, this bounds the rows (table
+        maintenance calls it, :func:`walspark.spark.lake.maintenance.maintain`). What walspark
+        reads of the table, the highest batch and commit LSN per key, is unchanged; the
+        per-batch history (rows and time of each batch) is what goes. Returns the rows removed.
+
+        Safe beside a running pipeline: it deletes rows below the last batch it read per key, and
+        batches only grow, so a row appended meanwhile is never among them (Delta refuses the
+        delete if such a row's file could match, and the next maintenance tries again).
+        """
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        if not self._exists():
+            return 0
+        table = DeltaTable.forPath(self.spark, self.path)
+        keys = (
+            table.toDF().groupBy("app_id", "schema_name", "table_name")
+            .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"),
+                 F.count(F.lit(1)).alias("n"))  # fmt: skip
+            .where("n > 1")
+            .collect()
+        )
+        if not keys:
+            return 0
+        condition = F.lit(False)
+        for key in keys:
+            older = (F.col("app_id") == key["app_id"]) & (F.col("schema_name") == key["schema_name"]) & (
+                F.col("table_name") == key["table_name"]) & (F.col("batch_id") < key["batch_id"])  # fmt: skip
+            if key["commit_lsn"] is not None:  # the row holding the highest LSN stays too
+                older &= F.col("commit_lsn").isNull() | (F.col("commit_lsn") < key["commit_lsn"])
+            condition = condition | older
+        removed = table.toDF().where(condition).count()
+        if removed:
+            table.delete(condition)
+        return removed

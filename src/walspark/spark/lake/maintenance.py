@@ -1,0 +1,208 @@
+"""Table maintenance: what keeps a long-running pipeline's tables and bookkeeping from growing.
+
+Three things grow while a pipeline runs, and each has its own cure:
+
+- **Small files.** A batch's MERGE writes new files; a copy-on-write table is rewritten into few
+  of them, but a table with deletion vectors keeps its files and gains some at every batch
+  (measured: 660 files after 80 batches). :func:`maintain` runs ``OPTIMIZE`` on files under
+  64 MB (Delta's auto-compaction threshold, so large files are not rewritten again and again).
+  Delta's auto compaction (``delta.autoOptimize.autoCompact``) does the same after each commit
+  once a table has 50 small files; walspark does not set it on the tables it copies, because
+  on the copy's own commit Delta compacts at once, rewriting the fresh snapshot.
+- **Files no version needs any more.** A MERGE that rewrites a file, and every compaction, leave
+  the old files on disk for readers of older versions (time travel, a query still on an older
+  snapshot). ``VACUUM`` deletes those removed longer ago than the retention: the table's
+  ``delta.deletedFileRetentionDuration``, Delta's 7 days unless set, or ``retain_hours``.
+- **Bookkeeping rows.** The progress table gets a row per table per batch;
+  :meth:`~walspark.spark.lake.progress.ProgressTable.compact` keeps the last one per table.
+
+:func:`maintain` does all three for every Delta table of a target and under walspark's home
+(progress, pending logs of tables being copied), table by table, each in its own Delta commits:
+safe while the pipeline runs (Delta's own conflict checks), and a failure on one table is
+reported and does not stop the others. ``walspark maintain`` is its command; a running pipeline
+calls it on a schedule (:class:`MaintenanceSchedule`, ``walspark run --maintenance-hours``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from walspark.spark.lake.tables import HOME
+from walspark.storage import Location, location, state_home
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_MAINTENANCE_HOURS", "MaintenanceSchedule", "Maintained", "delta_tables", "maintain"]
+
+#: How often a running pipeline maintains its tables unless told otherwise: daily, like the
+#: scheduled OPTIMIZE/VACUUM jobs Delta's documentation recommends. VACUUM lists each table's
+#: files, which on an object store is the one cost that grows with the table.
+DEFAULT_MAINTENANCE_HOURS = 24.0
+
+#: OPTIMIZE's smallest file left alone (Delta's default is 1 GB, which rewrites a table's large
+#: files with every few new ones); a session setting the user made wins.
+_OPTIMIZE_MIN_FILE = ("spark.databricks.delta.optimize.minFileSize", str(64 << 20))
+
+#: Delta's guard against a retention shorter than the table's; an explicit ``retain_hours`` is
+#: the user's decision (that no reader or writer needs files older than that), so it is lifted
+#: for that VACUUM only, in a session of its own.
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+
+@dataclass(frozen=True, slots=True)
+class Maintained:
+    """What maintenance did to one Delta table (files counted on disk, the log left out)."""
+
+    name: str
+    path: str
+    files_before: int
+    bytes_before: int
+    files_after: int
+    bytes_after: int
+    seconds: float
+    #: What else happened ("12 progress rows folded"), or why the table was left as it was.
+    note: str = ""
+    failed: bool = False
+
+    def line(self) -> str:
+        freed = self.bytes_before - self.bytes_after
+        head = (f"{self.name}: {self.files_before} -> {self.files_after} files, {freed:,} bytes freed "
+                f"({self.seconds:.1f} s)")  # fmt: skip
+        return f"{head}; {self.note}" if self.note else head
+
+
+def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Location]]:
+    """The Delta tables of a pipeline: ``<target>/<schema>/<table>`` named ``schema.table``, then
+    walspark's own under its home, named by their path below the target (``_walspark/progress``)."""
+    found: list[tuple[str, Location]] = []
+    for schema_dir in location(target).list():
+        if schema_dir.name == HOME:
+            continue
+        for table_dir in schema_dir.list():
+            if _is_delta(table_dir):
+                found.append((f"{unquote(schema_dir.name)}.{unquote(table_dir.name)}", table_dir))
+    home = state_home(target, state)
+
+    def walk(folder: Location, name: str, depth: int) -> None:
+        if _is_delta(folder):
+            found.append((name, folder))
+            return
+        if depth == 0:
+            return
+        for child in folder.list():
+            if child.name not in ("checkpoints", "staging"):  # Spark's and the stager's, not Delta
+                walk(child, f"{name}/{child.name}", depth - 1)
+
+    walk(home, HOME if state is None else home.uri, 4)  # pending/<schema>/<table>/g<n> is the deepest
+    return found
+
+
+def _is_delta(folder: Location) -> bool:
+    return bool((folder / "_delta_log").list())
+
+
+def _data_files(folder: Location) -> tuple[int, int]:
+    files = {k: v for k, v in folder.tree_files().items() if not k.startswith("_delta_log")}
+    return len(files), sum(files.values())
+
+
+def maintain(spark: SparkSession, target: str, *, state: str | None = None, retain_hours: float | None = None,
+             optimize: bool = True, stop: threading.Event | None = None,
+             say: Callable[[str], None] | None = None) -> list[Maintained]:  # fmt: skip
+    """Fold the progress rows, ``OPTIMIZE`` small files (unless ``optimize=False``), then
+    ``VACUUM`` every Delta table of a pipeline (see the module docstring); returns what was done
+    per table. ``stop`` is checked between tables; ``say`` gets a line per table."""
+    from walspark.spark.lake.progress import ProgressTable
+
+    progress_path = ProgressTable(spark, target, state).path.rstrip("/")
+    from pyspark.sql import SparkSession
+
+    if retain_hours is not None and retain_hours < 0:
+        raise ValueError(f"retain_hours must be 0 or more, not {retain_hours}")
+    session = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # settings of its own
+    if session.conf.get(_OPTIMIZE_MIN_FILE[0], None) is None:
+        session.conf.set(*_OPTIMIZE_MIN_FILE)
+    if retain_hours is not None:
+        session.conf.set(_RETENTION_CHECK, "false")
+    done: list[Maintained] = []
+    for name, folder in delta_tables(target, state):
+        if stop is not None and stop.is_set():
+            break
+        started = time.monotonic()
+        files_before, bytes_before = _data_files(folder)
+        notes: list[str] = []
+        failed = False
+        try:
+            if folder.uri.rstrip("/") == progress_path:
+                folded = ProgressTable(session, target, state).compact()
+                if folded:
+                    notes.append(f"{folded} progress rows folded")
+            notes += _optimize_and_vacuum(session, folder.uri, retain_hours, optimize)
+        except Exception as exc:  # one table's failure (a conflict with the pipeline) spares the others
+            failed = True
+            notes.append(f"left as it was: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        files_after, bytes_after = _data_files(folder)
+        item = Maintained(name, folder.uri, files_before, bytes_before, files_after, bytes_after,
+                          time.monotonic() - started, "; ".join(notes), failed)  # fmt: skip
+        done.append(item)
+        if say is not None:
+            say(item.line())
+    return done
+
+
+def _optimize_and_vacuum(spark: SparkSession, path: str, retain_hours: float | None, optimize: bool) -> list[str]:
+    from delta.tables import DeltaTable
+
+    notes = []
+    table = DeltaTable.forPath(spark, path)
+    if optimize:
+        metrics = table.optimize().executeCompaction().first()
+        compacted = metrics["metrics"]["numFilesRemoved"] if metrics is not None else 0
+        if compacted:
+            notes.append(f"OPTIMIZE compacted {compacted} files")
+    if retain_hours is None:
+        table.vacuum()
+    else:
+        table.vacuum(float(retain_hours))
+    return notes
+
+
+class MaintenanceSchedule:
+    """When a pipeline maintains its tables next: every ``every_hours`` (0: never).
+
+    The time of the last maintenance is kept in ``<home>/maintenance.json``, so the rhythm
+    survives restarts and a ``walspark run --once`` job scheduled every few minutes maintains
+    the tables once a day, not at every run. A pipeline that finds no record starts the clock
+    (its tables are new): the first maintenance comes one interval later, never at a first
+    start, which would list every table just after the snapshot wrote it.
+    """
+
+    def __init__(self, home: Location, every_hours: float) -> None:
+        self.file = home / "maintenance.json"
+        self.every = datetime.timedelta(hours=every_hours)
+        self._next: datetime.datetime | None = None
+
+    def due(self, now: datetime.datetime | None = None) -> bool:
+        if self.every <= datetime.timedelta(0):
+            return False
+        now = now or datetime.datetime.now(datetime.UTC)
+        if self._next is None:
+            record = self.file.read_json(default=None)
+            if record is None:
+                self.done(now)
+                return False
+            self._next = datetime.datetime.fromisoformat(record["last"]) + self.every
+        return now >= self._next
+
+    def done(self, now: datetime.datetime | None = None) -> None:
+        now = now or datetime.datetime.now(datetime.UTC)
+        self.file.parent.make_dirs()
+        self.file.write_json({"last": now.isoformat()})
+        self._next = now + self.every
