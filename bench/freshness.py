@@ -25,7 +25,7 @@ import time
 
 import psycopg
 
-from streaming import start_pipeline  # bench/streaming.py, beside this script
+from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
 _T0 = time.perf_counter()
 
@@ -59,10 +59,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=20.0, help="transactions/s (default 20)")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of writes (default 60)")
-    parser.add_argument("--trigger", type=float, default=0.5, help="pipeline trigger interval (default 0.5 s)")
-    parser.add_argument("--sample", type=float, default=0.5, help="Delta sampling interval (default 0.5 s)")
     parser.add_argument("--warm", type=float, default=10.0, help="seconds of rows left out at the start (10)")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    add_stream_options(parser, sample=0.5, what="Delta")
     args = parser.parse_args()
 
     from walspark import Pipeline

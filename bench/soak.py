@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from e2e import _pct as pct  # bench/e2e.py, beside this script
-from streaming import start_pipeline  # bench/streaming.py, beside this script
+from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -350,9 +350,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000, help="initial rows per table (default 100,000)")
     parser.add_argument("--per-txn", type=int, default=50, help="changes per transaction (default 50)")
     parser.add_argument("--churn", type=float, default=0.05, help="share of inserts, and of deletes (default 0.05)")
-    parser.add_argument("--trigger", type=float, default=0.5, help="pipeline trigger interval (default 0.5 s)")
-    parser.add_argument("--sample", type=float, default=1.0, help="freshness sampling interval (default 1 s)")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    add_stream_options(parser, sample=1.0, what="freshness")
     parser.add_argument("--keep", type=Path, default=None, help="keep the target (Delta tables) here")
     args = parser.parse_args()
     if args.rows <= args.per_txn:

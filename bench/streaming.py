@@ -7,6 +7,7 @@ benchmark with the reason instead of leaving it waiting.
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import TYPE_CHECKING
 
@@ -26,3 +27,10 @@ def start_pipeline(pipeline: Pipeline, *, timeout: float) -> PipelineHandle:
             raise SystemExit(f"the pipeline did not start: {handle.exception or handle.status()}")
         time.sleep(0.2)
     return handle
+
+
+def add_stream_options(parser: argparse.ArgumentParser, *, sample: float, what: str) -> None:
+    """The options every streaming benchmark has: the trigger, the reader's sampling, the master."""
+    parser.add_argument("--trigger", type=float, default=0.5, help="pipeline trigger interval (default 0.5 s)")
+    parser.add_argument("--sample", type=float, default=sample, help=f"{what} sampling interval (default {sample:g} s)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")

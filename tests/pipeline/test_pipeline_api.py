@@ -12,6 +12,7 @@ import time
 
 import psycopg
 import pytest
+from deltalake import DeltaTable
 
 from tests.scenarios.support import assert_matches_publication, run_once
 
@@ -40,11 +41,21 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
     pipeline = _pipeline(spark, pg18_dsn, target)
     first = pipeline.run_once()
     assert first.snapshot_tables == 2
+    clock = tmp_path / "lake" / "_walspark" / "maintenance.json"
+    assert json.loads(clock.read_text())["last"], "the first run starts the maintenance clock"
+    clock.write_text(json.dumps({"last": "2026-01-01T00:00:00+00:00"}))  # as if a day had passed
+    lines: list[str] = []
+    pipeline.maintenance(24, retain_hours=0).on_progress(lines.append)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("UPDATE orders SET qty = qty + 1 WHERE id <= 50")
         conn.execute("DELETE FROM orders WHERE id > 190")
         conn.execute("INSERT INTO orders VALUES (1000, 1, 'new')")
         second = pipeline.run_once()
+        assert sum(line.startswith("maintenance done: ") for line in lines) == 1, lines
+        assert json.loads(clock.read_text())["last"] > "2026-01-01", "the run recorded its maintenance"
+        orders = tmp_path / "lake" / "public" / "orders"  # VACUUM kept only what the table reads
+        on_disk = {str(p) for p in orders.rglob("*.parquet") if "_delta_log" not in p.parts}
+        assert on_disk == {u.removeprefix("file://") for u in DeltaTable(str(orders)).file_uris()}
         assert second.snapshot_tables is None, "the slot exists: no second snapshot"
         assert second.rows == 50 + 10 + 1 and second.batches >= 1, second
         assert second.rows_by_table == {"public.orders": 61}, second

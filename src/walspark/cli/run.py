@@ -31,6 +31,11 @@ from walspark.cli.main import cli
               help="How often tables joining or leaving the publication and re-copy requests are checked.")
 @click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
               help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
+@click.option("--maintenance-hours", type=click.FloatRange(0), default=24.0, show_default=True,
+              help="Hours between maintenance runs (OPTIMIZE of small files, VACUUM) while running (0: never; "
+                   "see walspark maintain).")
+@click.option("--retain-hours", type=click.FloatRange(0), default=None,
+              help="VACUUM's retention (default: each table's own, Delta's 7 days).")
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 @click.option("--state", default=None, metavar="LOCATION",
               help="Folder or object-store URI of walspark's own files (default TARGET/_walspark).")
@@ -38,7 +43,8 @@ from walspark.cli.main import cli
               help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...")
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
-        sync_chunk_rows: int, master: str | None, state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
+        sync_chunk_rows: int, maintenance_hours: float, retain_hours: float | None, master: str | None,
+        state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
     from walspark.pipeline import Pipeline
@@ -47,6 +53,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         pipeline = (Pipeline(None, dsn=dsn, publication=publication, slot=slot, target=target)
                     .scd2(*scd2).trigger_seconds(trigger_seconds).max_rows_per_batch(max_rows_per_batch)
                     .sync_check_seconds(sync_check_seconds).sync_chunk_rows(sync_chunk_rows).state(state)
+                    .maintenance(maintenance_hours, retain_hours)
                     .on_progress(lambda text: click.echo(text, err=True)))  # fmt: skip
         if app_id:
             pipeline.app_id(app_id)

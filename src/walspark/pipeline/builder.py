@@ -91,6 +91,13 @@ class Pipeline:
         """Rows per chunk when a table is copied while streaming (a crash resumes by chunk)."""
         return self._set(sync_chunk_rows=int(rows))
 
+    def maintenance(self, every_hours: float, retain_hours: float | None = None) -> Pipeline:
+        """Maintain the Delta tables every ``every_hours`` while running (default 24; 0: never):
+        compact small files, VACUUM files older than ``retain_hours`` (None: each table's
+        retention, Delta's 7 days unless set), fold the progress rows. See :func:`walspark.maintain`."""
+        return self._set(maintenance_hours=float(every_hours),
+                         retain_hours=None if retain_hours is None else float(retain_hours))
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "SchemaStuckError", "check_progress", "follow_catalog",
-           "run_queries", "stop_between_batches"]  # fmt: skip
+           "maintain_if_due", "run_queries", "stop_between_batches"]  # fmt: skip
 
 #: Restarts after schema changes before a run gives up. Each restart passes at least one
 #: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
@@ -46,9 +46,11 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     from pyspark.errors import StreamingQueryException
 
     from walspark.spark.datasource.shapes import read_barrier
-    from walspark.storage import current_settings
+    from walspark.spark.lake.maintenance import MaintenanceSchedule
+    from walspark.storage import current_settings, state_home
 
     starts = 0
+    schedule = MaintenanceSchedule(state_home(settings.target, settings.state), settings.maintenance_hours)
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     tracker = tracker or Tracker()
 
@@ -81,6 +83,8 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             while not query.awaitTermination(0.5):  # short steps: a stop request is seen between them
                 if settings.stop.requested.is_set():
                     raise KeyboardInterrupt
+                if not settings.once:  # a --once run maintains after its batches, below
+                    maintain_if_due(spark, settings, schedule, say)
         except StreamingQueryException as exc:
             if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
                 barrier = check_progress(settings, barrier)
@@ -97,8 +101,30 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             settings.stop.deferred = False
         if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
             follow_catalog(spark, sink, changes.schema, sync.published(), drained=True)
+            maintain_if_due(spark, settings, schedule, say)
         return starts
     return starts
+
+
+def maintain_if_due(spark: SparkSession, settings: RunSettings, schedule: Any, say: Callable[[str], None]) -> None:
+    """Maintain the Delta tables when the schedule says so (:mod:`walspark.spark.lake.maintenance`).
+
+    Called between the waits on the running query: the stream goes on meanwhile (maintenance
+    commits are Delta transactions of their own, and VACUUM keeps what the retention covers),
+    and a stop request ends it between tables.
+    """
+    if not schedule.due():
+        return
+    from walspark.spark.lake.maintenance import maintain
+
+    retention = "each table's retention" if settings.retain_hours is None else f"{settings.retain_hours:g} h"
+    say(f"maintaining the Delta tables (progress rows folded, small files compacted, VACUUM of files older "
+        f"than {retention})")
+    done = maintain(spark, settings.target, state=settings.state, retain_hours=settings.retain_hours,
+                    stop=settings.stop.requested, say=say)  # fmt: skip
+    freed = sum(m.bytes_before - m.bytes_after for m in done)
+    say(f"maintenance done: {len(done)} table(s), {freed:,} bytes freed")
+    schedule.done()
 
 
 def stop_between_batches(query: Any) -> None:

@@ -64,6 +64,11 @@ class RunSettings:
     #: the CLI's session is made with them, and the preflight reads storage credentials from them
     #: before Spark is up.
     conf: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Hours between maintenance runs of the pipeline's Delta tables (OPTIMIZE of small files,
+    #: VACUUM, progress rows folded; :mod:`walspark.spark.lake.maintenance`); 0: never.
+    maintenance_hours: float = 24.0
+    #: VACUUM's retention in hours; None: each table's own (Delta's default, 7 days).
+    retain_hours: float | None = None
 
     @property
     def home(self) -> str:
