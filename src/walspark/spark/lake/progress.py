@@ -176,9 +176,10 @@ class ProgressTable:
         reads of the table, the highest batch and commit LSN per key, is unchanged; the
         per-batch history (rows and time of each batch) is what goes. Returns the rows removed.
 
-        Safe beside a running pipeline: it deletes rows below the last batch it read per key, and
-        batches only grow, so a row appended meanwhile is never among them (Delta refuses the
-        delete if such a row's file could match, and the next maintenance tries again).
+        Safe beside a running pipeline: per key it deletes only rows below both the highest batch
+        and the highest commit LSN it read, and a row appended meanwhile carries a higher commit
+        LSN (even under a new checkpoint, whose batch ids start again at 0); Delta refuses the
+        delete if such a row's file could match, and the next maintenance tries again.
         """
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
