@@ -14,6 +14,7 @@ import signal
 import click
 
 from walspark.cli.main import cli
+from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
 
 
 @cli.command("run")
@@ -31,7 +32,7 @@ from walspark.cli.main import cli
               help="How often tables joining or leaving the publication and re-copy requests are checked.")
 @click.option("--sync-chunk-rows", type=click.IntRange(1), default=50_000, show_default=True,
               help="Rows per chunk when a table is copied while streaming (a crash resumes by chunk).")
-@click.option("--maintenance-hours", type=click.FloatRange(0), default=24.0, show_default=True,
+@click.option("--maintenance-hours", type=click.FloatRange(0), default=DEFAULT_MAINTENANCE_HOURS, show_default=True,
               help="Hours between maintenance runs (OPTIMIZE of small files, VACUUM) while running (0: never; "
                    "see walspark maintain).")
 @click.option("--retain-hours", type=click.FloatRange(0), default=None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
+
 __all__ = ["RunSettings", "StopSwitch"]
 
 
@@ -66,7 +68,7 @@ class RunSettings:
     conf: dict[str, str] = field(default_factory=dict, repr=False)
     #: Hours between maintenance runs of the pipeline's Delta tables (OPTIMIZE of small files,
     #: VACUUM, progress rows folded; :mod:`walspark.spark.lake.maintenance`); 0: never.
-    maintenance_hours: float = 24.0
+    maintenance_hours: float = DEFAULT_MAINTENANCE_HOURS
     #: VACUUM's retention in hours; None: each table's own (Delta's default, 7 days).
     retain_hours: float | None = None
 

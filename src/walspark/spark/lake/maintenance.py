@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from walspark.spark.lake.tables import HOME
+from walspark.spark.lake.tables import HOME, is_delta_table
 from walspark.storage import Location, location, state_home
 
 if TYPE_CHECKING:
@@ -88,12 +88,12 @@ def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Locat
         if schema_dir.name == HOME:
             continue
         for table_dir in schema_dir.list():
-            if _is_delta(table_dir):
+            if is_delta_table(table_dir):
                 found.append((f"{unquote(schema_dir.name)}.{unquote(table_dir.name)}", table_dir))
     home = state_home(target, state)
 
     def walk(folder: Location, name: str, depth: int) -> None:
-        if _is_delta(folder):
+        if is_delta_table(folder):
             found.append((name, folder))
             return
         if depth == 0:
@@ -104,10 +104,6 @@ def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Locat
 
     walk(home, HOME if state is None else home.uri, 4)  # pending/<schema>/<table>/g<n> is the deepest
     return found
-
-
-def _is_delta(folder: Location) -> bool:
-    return bool((folder / "_delta_log").list())
 
 
 def _data_files(folder: Location) -> tuple[int, int]:
@@ -121,11 +117,11 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
     """Fold the progress rows, ``OPTIMIZE`` small files (unless ``optimize=False``), then
     ``VACUUM`` every Delta table of a pipeline (see the module docstring); returns what was done
     per table. ``stop`` is checked between tables; ``say`` gets a line per table."""
+    from pyspark.sql import SparkSession
+
     from walspark.spark.lake.progress import ProgressTable
 
     progress_path = ProgressTable(spark, target, state).path.rstrip("/")
-    from pyspark.sql import SparkSession
-
     if retain_hours is not None and retain_hours < 0:
         raise ValueError(f"retain_hours must be 0 or more, not {retain_hours}")
     session = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # settings of its own

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql.conf import RuntimeConfig
 
+    from walspark.storage import Location
+
 __all__ = [
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
+    "is_delta_table",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
     "path_segment",
@@ -94,6 +97,13 @@ def path_segment(name: str, *, schema: bool = False) -> str:
 def table_path(target: str, schema: str, table: str) -> str:
     """``<target>/<schema>/<table>``: where a source table's Delta table lives (ARCHITECTURE.md)."""
     return f"{target.rstrip('/')}/{path_segment(schema, schema=True)}/{path_segment(table)}"
+
+
+def is_delta_table(path: str | Location) -> bool:
+    """Whether a Delta table lives at ``path`` (its ``_delta_log`` folder has entries): one listing."""
+    from walspark.storage import location
+
+    return bool((location(path) / "_delta_log").list())
 
 
 def quote(name: str) -> str:

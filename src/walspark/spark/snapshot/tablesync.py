@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from walspark.spark.lake.tables import table_path
+from walspark.spark.lake.tables import is_delta_table, table_path
 from walspark.storage import location
 from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
 
@@ -221,7 +221,7 @@ class TableSync:
             for table, signature in published.items():
                 state = self.store.get(*table)
                 if state is None:
-                    if _delta_exists(table_path(self.target, *table)):
+                    if is_delta_table(table_path(self.target, *table)):
                         self.store.put(SyncState(*table, READY, signature=signature))
                     else:
                         self._request(table, "joined the publication")
@@ -305,7 +305,7 @@ class TableSync:
         with self._max_lock:  # not self.lock: the batch's thread holds it while the sink's pool runs this
             self._batch_max = max(self._batch_max or 0, facts.max_commit_lsn)
         state = self.store.get(*table)
-        if state is None and not _delta_exists(table_path(self.target, *table)):
+        if state is None and not is_delta_table(table_path(self.target, *table)):
             # A table whose changes arrive before a check saw it join: copy it from here on.
             state = self._begin_copy(table, None, "joined the publication")
         if state is None:
@@ -340,7 +340,7 @@ class TableSync:
                    "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
         rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
         path = self.store.pending_path(state.schema, state.table, state.gen)
-        if not _delta_exists(path):  # column mapping, like the target tables: any PostgreSQL name fits
+        if not is_delta_table(path):  # column mapping, like the target tables: any PostgreSQL name fits
             from delta.tables import DeltaTable
 
             from walspark.spark.lake.tables import TABLE_PROPERTIES
@@ -471,7 +471,7 @@ class TableSync:
         pending = self.store.pending_path(*table, state.gen)
         through = None
         applied = 0
-        if _delta_exists(pending):
+        if is_delta_table(pending):
             spark = self._handoff_session
             log_df = spark.read.format("delta").load(pending)
             through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]
@@ -501,7 +501,3 @@ class TableSync:
 
 def _job_group(table: Table) -> str:
     return f"walspark-copy-{table[0]}.{table[1]}"
-
-
-def _delta_exists(path: str) -> bool:
-    return bool((location(path) / "_delta_log").list())
