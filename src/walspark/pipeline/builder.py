@@ -98,6 +98,15 @@ class Pipeline:
         return self._set(maintenance_hours=float(every_hours),
                          retain_hours=None if retain_hours is None else float(retain_hours))
 
+    def change_log(self, enabled: bool = True, fold_seconds: float = 0.0) -> Pipeline:
+        """Append each micro-batch to the tables' change logs (``<target>/_changes/...``, one
+        Delta append per table, no MERGE on the hot path) and fold them into the Delta tables in
+        the background, at most every ``fold_seconds`` (0: as soon as the last fold ended).
+        :func:`walspark.read_table` reads a table with the changes not folded yet."""
+        if fold_seconds < 0:
+            raise ValueError("fold_seconds must not be negative")
+        return self._set(change_log=bool(enabled), fold_seconds=float(fold_seconds))
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""

@@ -61,7 +61,9 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
                      say=say, state=settings.state)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
-            .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
+            .scd2(*settings.scd2).state(settings.state).table_sync(sync))
+    if settings.change_log:
+        sink = sink.change_log(settings.fold_seconds)  # fmt: skip
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)
@@ -75,7 +77,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     finally:
         sync.stop()
         spark.streams.removeListener(progress.listener)
-    sink.flush()  # the last batch's progress rows, written in the background
+    sink.close()  # the last batch's progress rows, written in the background; change logs folded
     from walspark.spark.datasource.two_phase import release_committed_prepared
 
     release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's

@@ -71,6 +71,11 @@ class RunSettings:
     maintenance_hours: float = DEFAULT_MAINTENANCE_HOURS
     #: VACUUM's retention in hours; None: each table's own (Delta's default, 7 days).
     retain_hours: float | None = None
+    #: Change-log mode: each batch is appended to the tables' change logs, folded into the Delta
+    #: tables in the background (:mod:`walspark.spark.lake.changelog`); False: MERGE per batch.
+    change_log: bool = False
+    #: Change-log mode: seconds between background folds at most (0: as soon as one ends).
+    fold_seconds: float = 0.0
 
     @property
     def home(self) -> str:

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from walspark.spark.lake.tables import HOME, is_delta_table
+from walspark.spark.lake.changelog import change_log_path, change_log_tables
+from walspark.spark.lake.tables import CHANGES, HOME, is_delta_table
 from walspark.storage import Location, location, state_home
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Locat
     found: list[tuple[str, Location]] = []
     for schema_dir in location(target).list():
         if schema_dir.name == HOME:
+            continue
+        if schema_dir.name == CHANGES:  # the change logs (walspark run --change-log)
+            found += [(f"{CHANGES}/{schema}.{table}", location(change_log_path(target, schema, table)))
+                      for schema, table in change_log_tables(target)]  # fmt: skip
             continue
         for table_dir in schema_dir.list():
             if is_delta_table(table_dir):

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
+    from walspark.spark.lake.folder import Folder
     from walspark.spark.lake.progress import ProgressRow
 
 from walspark.spark.lake.apply import ApplyResult, _apply_table
@@ -91,6 +92,10 @@ class ApplyChanges:
     _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
     #: Per-table sync of tables being copied while the stream runs (:mod:`.tablesync`), or None.
     _sync: TableSyncHook | None = field(default=None, compare=False, repr=False)
+    #: Change-log mode (:meth:`change_log`): seconds between background folds, None: off.
+    _fold_seconds: float | None = None
+    #: The background folder of change-log mode, made at the first batch (see :meth:`folder`).
+    _folders: list[Folder] = field(default_factory=list, compare=False, repr=False)
 
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
@@ -119,6 +124,40 @@ class ApplyChanges:
     def table_sync(self, sync: TableSyncHook | None) -> ApplyChanges:
         """Route the changes of tables being copied through ``sync`` (``walspark run`` does)."""
         return replace(self, _sync=sync)
+
+    def change_log(self, fold_seconds: float = 0.0) -> ApplyChanges:
+        """Append each batch to the tables' change logs (``<target>/_changes/<schema>/<table>``)
+        and fold them into the Delta tables in the background, at most every ``fold_seconds``
+        (0: as soon as the previous fold ended). See :mod:`.changelog` and :mod:`.folder`."""
+        if fold_seconds < 0:
+            raise ValueError("fold_seconds must not be negative")
+        return replace(self, _fold_seconds=fold_seconds)
+
+    def folder(self, spark: SparkSession) -> Folder | None:
+        """The background folder of change-log mode (None in the direct mode), started on first use."""
+        if self._fold_seconds is None:
+            return None
+        if not self._folders:
+            from walspark.spark.lake.folder import Folder
+
+            folder = Folder(spark, self.target, app_id=self._app_id, state=self._state, options_for=self.options_for,
+                            known=self._known, interval=self._fold_seconds, parallelism=self._parallelism)  # fmt: skip
+            folder.start()
+            self._folders.append(folder)
+        return self._folders[0]
+
+    def close(self) -> None:
+        """End of a run: the last progress rows written and, in change-log mode, every batch
+        folded (the background folds stopped). Raises what made either fail."""
+        self.flush()
+        while self._folders:
+            self._folders.pop().stop(drain=True)
+
+    def drain_folds(self, spark: SparkSession, tables: Iterable[tuple[str, str]] | None = None) -> None:
+        """Fold everything the change logs hold now (of ``tables``; change-log mode only)."""
+        folder = self.folder(spark)
+        if folder is not None:
+            folder.drain(tables)
 
     def options_for(self, schema: str, table: str) -> _TableOptions:
         return self._tables.get(f"{schema}.{table}", _TableOptions())
@@ -158,6 +197,8 @@ class ApplyChanges:
         streamed, so a table altered and then left alone would otherwise keep its old columns
         until its next change.
         """
+        declared = list(declared)
+        self.drain_folds(spark)  # the mirrors hold every change before their columns follow the catalog
         changed = False
         for schema, name, struct in declared:
             if self._sync is not None and self._sync.syncing(schema, name):
@@ -191,6 +232,9 @@ class ApplyChanges:
         from walspark.spark.lake.progress import ProgressTable
 
         spark = batch_df.sparkSession
+        folder = self.folder(spark)
+        if folder is not None:
+            folder.raise_failure()  # a background fold failed: stop with its reason
         facts = tables_facts(batch_df, lambda schema, table: self.options_for(schema, table).keys)
         tables = sorted(facts)
         per_table = "_old" in batch_df.columns
@@ -211,6 +255,12 @@ class ApplyChanges:
                     path = table_path(self.target, schema, name)
                     return ApplyResult(schema, name, path, table_facts.rows, skipped=True), None
                 part, table_facts = routed
+            if folder is not None:
+                from walspark.spark.lake.changelog import append_batch
+
+                return append_batch(session, part, batch_id, table_facts, target=self.target, app_id=self._app_id,
+                                    state=self._state, known=self._known,
+                                    before_reshape=lambda: folder.drain([table]))  # fmt: skip
             return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
                                 app_id=self._app_id, known=self._known, state=self._state)  # fmt: skip
 
@@ -237,6 +287,10 @@ class ApplyChanges:
         results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
+        if folder is not None:
+            for result in results:
+                if not result.skipped:
+                    folder.appended((result.schema, result.table), batch_id)
         if records:
             progress = ProgressTable(spark, self.target, self._state)
             self._progress.append(_progress_writer().submit(progress.record_many, records))

@@ -5,7 +5,8 @@ spaces, dots, upper case and non-ASCII letters kept — so a data engineer finds
 at ``lake/public/Orders``. Only what a file system path cannot hold unambiguously is
 percent-encoded (UTF-8 bytes as ``%XX``): ``%`` itself, ``/`` and ``\\``, ``:`` (Hadoop reads
 ``a:b`` as a URI scheme), control characters, a leading ``.`` (``.`` and ``..`` are not names
-on disk), and the schema ``_walspark``, whose folder holds walspark's own bookkeeping. Since
+on disk), and the schemas ``_walspark`` and ``_changes``, whose folders hold walspark's own
+bookkeeping and the change logs. Since
 ``%`` is encoded too, two different tables never share a path, and
 :func:`urllib.parse.unquote` gives the name back.
 """
@@ -78,6 +79,8 @@ def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, esti
 
 #: walspark's own folder under the target (progress table, checkpoints, staging, snapshot record).
 HOME = "_walspark"
+#: The folder under the target holding the tables' change logs (:mod:`.changelog`).
+CHANGES = "_changes"
 
 _UNSAFE = re.compile(r"[%/\\:\x00-\x1f\x7f]|^\.")
 
@@ -89,7 +92,7 @@ def _encode(match: re.Match[str]) -> str:
 def path_segment(name: str, *, schema: bool = False) -> str:
     """One PostgreSQL name as a folder name (see the module docstring for the rule)."""
     segment = _UNSAFE.sub(_encode, name)
-    if schema and segment == HOME:
+    if schema and segment in (HOME, CHANGES):
         segment = "%5F" + segment[1:]
     return segment or "%00"  # PostgreSQL names are never empty; an empty segment would vanish
 

@@ -368,6 +368,8 @@ class TableSync:
                 return current
             if why:
                 self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
+            if self.sink is not None:  # change-log mode: the mirror the copy replaces holds every earlier change
+                self.sink.drain_folds(self._spark, [table])
             state = SyncState(*table, COPYING, gen=(previous.gen + 1) if previous else 1,
                               signature=self._signatures.get(table, ()), copy_started=time.time())
             self.store.put(state)

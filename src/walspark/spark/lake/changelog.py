@@ -1,0 +1,264 @@
+"""The change log of a table: every change as a row, appended once per micro-batch (issue 16).
+
+Why: a Delta MERGE costs seconds whatever its size, an append a fraction of one. In change-log
+mode (``ApplyChanges.change_log()``, ``walspark run --change-log``) the hot path appends each
+table's changes of a micro-batch to ``<target>/_changes/<schema>/<table>`` and the slot is
+confirmed once those appends are durable; the mirror or history is folded from the change log
+in the background (:mod:`.folder`), and fresh reads fold the rows not folded yet on top of the
+mirror (:mod:`.fresh`). The change log is also the table's CDC feed, the "bronze" table data
+engineers otherwise build themselves.
+
+Its rows are the per-table change layout the apply reads (see :mod:`.apply`): the envelope
+(``_commit_lsn, _lsn, _seq, _xid, _commit_time, _origin, _op, _schema, _table,
+_relation_version, _key``), the table's columns with their catalog facts (attnums) in the column
+metadata, ``_old`` and ``_unchanged`` (the unchanged-TOAST marks the fold needs), plus
+``_batch_id``, the micro-batch that appended them. A fold reads a range of batch ids, which is
+exactly what it consumed: rows of a batch never change once committed, and a replayed append is
+skipped by Delta's transaction id.
+
+Shape changes: one change log holds one shape of the table. A batch of another shape (a column
+added, dropped, renamed or retyped in PostgreSQL) first has everything appended so far folded,
+then replaces the log's content and schema (an overwrite, which stays idempotent by its
+transaction id): the rows it drops are folded already, and each fold reads rows of one shape, so
+the apply's schema evolution sees them exactly as it would have seen the micro-batches.
+
+The fold's position per table is a small JSON file, ``<home>/folds/<schema>/<table>.json``:
+``{"after": a, "upto": b, "done": false}`` is written before the fold of batches ``(a, b]`` and
+marked done after its progress row; a fold found not done at start is done again, the same range
+(:mod:`.folder` says why that is exact).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField
+
+    from walspark.storage import Location
+
+from walspark.spark.lake.tables import CHANGES, TABLE_PROPERTIES, is_delta_table, path_segment, table_path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BATCH_ID", "CHANGES", "ChangeLog", "FoldPlan", "change_log_path", "change_log_tables", "folded_through", "read_change_log"]
+
+#: The change log's column of the micro-batch that appended a row.
+BATCH_ID = "_batch_id"
+
+
+def change_log_path(target: str, schema: str, table: str) -> str:
+    """``<target>/_changes/<schema>/<table>``: where a source table's change log lives."""
+    return table_path(f"{target.rstrip('/')}/{CHANGES}", schema, table)
+
+
+def change_log_tables(target: str) -> list[tuple[str, str]]:
+    """The ``(schema, table)`` of every change log under ``target`` (two listings deep)."""
+    from urllib.parse import unquote
+
+    from walspark.storage import location
+
+    root = location(f"{target.rstrip('/')}/{CHANGES}")
+    found = []
+    for schema_dir in root.list() if root.exists() else []:
+        for table_dir in schema_dir.list():
+            if is_delta_table(table_dir):
+                found.append((unquote(schema_dir.name), unquote(table_dir.name)))
+    return sorted(found)
+
+
+def _plain(value: Any, top: bool = True) -> Any:
+    """A schema's JSON without what does not make two shapes differ (nullability, nested
+    metadata, Delta's own metadata keys): two batches of one table shape compare equal."""
+    if isinstance(value, list):
+        return [_plain(v, top) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for k, v in value.items():
+        if k in ("nullable", "containsNull", "valueContainsNull"):
+            continue
+        if k == "metadata":
+            if top:
+                out[k] = {mk: mv for mk, mv in v.items() if not mk.startswith("delta.")}
+            continue
+        out[k] = _plain(v, top=top and k == "fields")
+    return out
+
+
+def shape(fields: list[StructField]) -> Any:
+    """The comparable shape of change-log columns (see :func:`_plain`)."""
+    from pyspark.sql.types import StructType
+
+    return _plain(json.loads(StructType([f for f in fields if f.name != BATCH_ID]).json()))
+
+
+@dataclass
+class ChangeLog:
+    """One table's change log: append a batch, read a range of batches."""
+
+    spark: SparkSession
+    target: str
+    schema: str
+    table: str
+
+    @property
+    def path(self) -> str:
+        return change_log_path(self.target, self.schema, self.table)
+
+    def exists(self) -> bool:
+        return is_delta_table(self.path)
+
+    def fields(self) -> list[StructField] | None:
+        """The log's columns (``_batch_id`` included), None before its first append."""
+        if not self.exists():
+            return None
+        return list(self.spark.read.format("delta").load(self.path).schema.fields)
+
+    def append(self, rows: DataFrame, batch_id: int, writer_options: dict[str, str],
+               known: dict[str, Any] | None = None, before_reshape: Any = None) -> bool:  # fmt: skip
+        """Append one batch's rows (``writer_options``: the idempotent write's transaction id).
+
+        Returns True when the rows replaced the log's content for a new shape; ``before_reshape``
+        is called first, to fold everything the log holds (see the module docstring).
+        """
+        from pyspark.sql import functions as F
+
+        if "_old" in rows.columns and not rows.schema["_old"].dataType.fields:
+            rows = rows.drop("_old")  # a table without columns: Delta cannot store an empty struct
+        rows = rows.withColumn(BATCH_ID, F.lit(batch_id).cast("long"))
+        key = f"{self.path}\0shape"
+        current = known.get(key) if known is not None else None
+        if current is None:
+            fields = self.fields()
+            current = None if fields is None else shape(fields)
+        wanted = shape(list(rows.schema.fields))
+        writer = rows.write.format("delta").options(**writer_options)
+        reshaped = False
+        if current is None:
+            writer.mode("append").options(**TABLE_PROPERTIES).save(self.path)
+        elif current == wanted:
+            writer.mode("append").save(self.path)
+        else:
+            if before_reshape is not None:
+                before_reshape()
+            log.info("%s.%s: the change log takes the table's new shape (batch %d)", self.schema, self.table, batch_id)
+            writer.mode("overwrite").option("overwriteSchema", "true").save(self.path)
+            reshaped = True
+        if known is not None:
+            known[key] = wanted
+        return reshaped
+
+    def read(self, after: int, upto: int | None = None) -> DataFrame | None:
+        """The rows of batches ``after < _batch_id <= upto`` in the per-table layout (without
+        ``_batch_id``), None if the table has no change log."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import StructType
+
+        if not self.exists():
+            return None
+        df = self.spark.read.format("delta").load(self.path)
+        cond = F.col(BATCH_ID) > after
+        if upto is not None:
+            cond &= F.col(BATCH_ID) <= upto
+        df = df.where(cond).drop(BATCH_ID)
+        if "_old" not in df.columns:  # see append: the old row of a table without columns
+            df = df.withColumn("_old", F.lit(None).cast(StructType([])))
+            df = df.select(*[c for c in df.columns if c not in ("_old", "_unchanged")], "_old", "_unchanged")
+        return df
+
+    def last_batch(self) -> int | None:
+        """The highest batch id in the log (None: empty or no log)."""
+        from pyspark.sql import functions as F
+
+        if not self.exists():
+            return None
+        row = self.spark.read.format("delta").load(self.path).agg(F.max(BATCH_ID)).first()
+        return None if row is None else row[0]
+
+
+def read_change_log(spark: SparkSession, target: str, schema: str, table: str, *, after: int,
+                    upto: int | None = None) -> DataFrame | None:  # fmt: skip
+    """The change rows of ``schema.table`` appended by batches ``after < _batch_id <= upto``."""
+    return ChangeLog(spark, target, schema, table).read(after, upto)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fold's position
+
+
+@dataclass(frozen=True, slots=True)
+class FoldPlan:
+    """The fold of batches ``(after, upto]`` of one table's change log; ``done`` once recorded."""
+
+    after: int
+    upto: int
+    done: bool
+
+    @property
+    def folded(self) -> int:
+        """The highest batch id the mirror surely holds."""
+        return self.upto if self.done else self.after
+
+
+def plan_file(home: Location, schema: str, table: str) -> Location:
+    return home / "folds" / path_segment(schema, schema=True) / (path_segment(table) + ".json")
+
+
+def read_plan(home: Location, schema: str, table: str) -> FoldPlan | None:
+    data = plan_file(home, schema, table).read_json()
+    return None if data is None else FoldPlan(int(data["after"]), int(data["upto"]), bool(data["done"]))
+
+
+def write_plan(home: Location, schema: str, table: str, plan: FoldPlan) -> None:
+    plan_file(home, schema, table).write_json({"after": plan.after, "upto": plan.upto, "done": plan.done})
+
+
+def folded_through(target: str, schema: str, table: str, state: str | None = None) -> int:
+    """The highest batch id of the change log already folded into the mirror (-1: none)."""
+    from walspark.storage.location import state_home
+
+    plan = read_plan(state_home(target, state), schema, table)
+    return -1 if plan is None else plan.folded
+
+
+# ---------------------------------------------------------------------------------------------
+# The hot path's write
+
+
+def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any, *, target: str, app_id: str,
+                 state: str | None, known: dict[str, Any] | None = None, before_reshape: Any = None
+                 ) -> tuple[Any, Any]:  # fmt: skip
+    """Append one table's batch to its change log, exactly once; returns the
+    :class:`~.apply.ApplyResult` and the progress row to record (None: already appended).
+
+    Exactly once as the direct apply is: a batch the progress table already has is skipped
+    without a write, rows at or below the table's recorded commit LSN are dropped, and the append
+    carries Delta's transaction id (``<app_id>/<schema>.<table>#changes``, version ``batch_id``),
+    recorded in the same commit, so a replay after a crash before the progress row is a no-op.
+    """
+    from pyspark.sql import functions as F
+
+    from walspark.spark.lake.apply import ApplyResult
+    from walspark.spark.lake.progress import ProgressRow, ProgressTable
+    from walspark.spark.lake.writes import txn_app_id
+
+    schema, name = facts.schema, facts.table
+    changes = ChangeLog(spark, target, schema, name)
+    done = ProgressTable(spark, target, state).last(app_id, schema, name)
+    if done is not None and done.batch_id >= batch_id:
+        log.info("%s.%s: batch %d already in the change log (progress at batch %d)", schema, name, batch_id,
+                 done.batch_id)  # fmt: skip
+        return ApplyResult(schema, name, changes.path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None
+    if done is not None and done.commit_lsn is not None:
+        rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+    note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
+    options = {"txnAppId": txn_app_id(app_id, schema, name, "changes"), "txnVersion": str(batch_id),
+               "userMetadata": note}  # fmt: skip
+    changes.append(rows, batch_id, options, known, before_reshape)
+    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, "log")
+    return ApplyResult(schema, name, changes.path, facts.rows, commit_lsn=facts.max_commit_lsn), record

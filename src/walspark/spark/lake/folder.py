@@ -1,0 +1,232 @@
+"""Folds change logs into mirrors (SCD1) and histories (SCD2), in the background (issue 16).
+
+The hot path appends every micro-batch to the tables' change logs (:mod:`.changelog`); a
+:class:`Folder` thread folds each table's unfolded batches into its Delta table with the same
+apply as the direct path (:func:`.apply._apply_table`: DDL, identity runs, unchanged TOAST,
+truncates, SCD2), as often as the previous fold's duration allows — under load many micro-batches
+go into one MERGE, which is where the time goes.
+
+Exactly once, crash-safe at any point. A fold of table T:
+
+1. reads its plan ``<home>/folds/<schema>/<table>.json``; a plan not done is done again, the
+   same range; otherwise the next range is ``(upto, last appended batch]``;
+2. writes the plan ``{"after": a, "upto": b, "done": false}`` *before* touching the mirror;
+3. applies the rows of batches ``(a, b]`` as one batch with id ``b`` under the app id
+   ``<app_id>/fold``: each write carries Delta's ``txnAppId``/``txnVersion`` (= ``b``), so a fold
+   done again after a crash skips the commits already in the mirror and makes the others;
+4. records its progress row, then marks the plan done.
+
+A crash before 2 leaves nothing; between 2 and 4 the same range is folded again (a no-op for what
+committed); after 4 the next fold starts at ``b``. The range is fixed by the plan, not recomputed,
+because a larger range under a new transaction version would apply ``(a, b]`` a second time
+(inserts appended twice, history versions doubled). The change log rows of a batch never change
+once committed, so the same range reads the same rows.
+
+The slot is confirmed once the change logs are durable (the sink's commit), so everything the
+mirror lacks is in a change log: a restart folds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from walspark.spark.lake.apply import ApplyResult
+
+from walspark.spark.lake.changelog import ChangeLog, FoldPlan, change_log_tables, read_plan, write_plan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Folder", "fold_app_id"]
+
+Table = tuple[str, str]
+
+
+def fold_app_id(app_id: str) -> str:
+    """The app id of a query's folds (its progress rows and Delta transaction ids)."""
+    return f"{app_id}/fold"
+
+
+class Folder:
+    """Folds the change logs of one query's tables into their Delta tables.
+
+    ``options_for(schema, table)`` gives a table's mode and keys (the sink's builder options);
+    ``known`` is the sink's cache of target columns. :meth:`start` runs folds in a background
+    thread every ``interval`` seconds at most (0: as soon as the last one ended);
+    :meth:`drain` folds everything appended so far, in the calling thread.
+    """
+
+    def __init__(self, spark: SparkSession, target: str, *, app_id: str, state: str | None,
+                 options_for: Callable[[str, str], Any], known: dict[str, Any], interval: float = 0.0,
+                 parallelism: int = 4) -> None:  # fmt: skip
+        from walspark.storage.location import state_home
+
+        self.spark, self.target, self.state = spark, target, state
+        self.app_id = fold_app_id(app_id)
+        self.home = state_home(target, state)
+        self.options_for, self.known = options_for, known
+        self.interval, self.parallelism = interval, parallelism
+        self._locks: dict[Table, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        #: The last batch appended to each table's change log by this process (None: unknown).
+        self._appended: dict[Table, int] = {}
+        #: The last batch folded per table, as far as this process knows.
+        self._folded: dict[Table, int] = {}
+        self._failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._disk: list[Table] | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # what the sink tells and asks
+
+    def appended(self, table: Table, batch_id: int) -> None:
+        """``table``'s change log holds batch ``batch_id`` now (durably)."""
+        self._appended[table] = max(batch_id, self._appended.get(table, batch_id))
+        self._wake.set()
+
+    def raise_failure(self) -> None:
+        """Raise what made a background fold fail (the sink calls this at each batch, so the
+        query stops with the reason instead of the mirror silently falling behind)."""
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def pending(self) -> list[Table]:
+        """Tables whose change log holds batches not folded yet (as far as this process knows)."""
+        return sorted(t for t, b in self._appended.items() if b > self._folded.get(t, -1))
+
+    # ------------------------------------------------------------------------------------------
+    # folding
+
+    def _lock(self, table: Table) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(table, threading.Lock())
+
+    def fold(self, table: Table, session: SparkSession | None = None) -> ApplyResult | None:
+        """Fold every batch of ``table``'s change log not folded yet (see the module docstring)."""
+        with self._lock(table):
+            return self._fold(table, session or self._session())
+
+    def _session(self) -> SparkSession:
+        """A session of its own: the transaction id of an idempotent write is a session setting."""
+        from pyspark.sql import SparkSession
+
+        return SparkSession(self.spark.sparkContext, self.spark._jsparkSession.cloneSession())
+
+    def _fold(self, table: Table, session: SparkSession) -> ApplyResult | None:
+        from walspark.spark.lake.apply import _apply_table
+        from walspark.spark.lake.facts import batch_facts
+        from walspark.spark.lake.progress import ProgressTable
+
+        schema, name = table
+        changes = ChangeLog(session, self.target, schema, name)
+        plan = read_plan(self.home, schema, name)
+        if plan is None or plan.done:
+            after = -1 if plan is None else plan.upto
+            upto = self._appended.get(table)
+            if upto is None:  # a restart: what the log holds
+                upto = changes.last_batch()
+                if upto is not None:
+                    self._appended[table] = upto
+            if upto is None or upto <= after:
+                self._folded[table] = after
+                return None
+            plan = FoldPlan(after, upto, done=False)
+            write_plan(self.home, schema, name, plan)
+        else:
+            log.info("%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto)
+        rows = changes.read(plan.after, plan.upto)
+        options = self.options_for(schema, name)
+        result = None
+        if rows is not None:
+            rows = rows.persist()
+            try:
+                facts = batch_facts(rows, table, options.keys)
+                if facts is not None:
+                    session.sparkContext.setJobGroup(f"walspark-fold-{schema}.{name}", f"walspark fold of {schema}.{name}")
+                    result, record = _apply_table(session, rows, plan.upto, facts, target=self.target, mode=options.mode,
+                                                  app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
+                    if record is not None:
+                        ProgressTable(session, self.target, self.state).record_many([record])
+            finally:
+                rows.unpersist()
+        write_plan(self.home, schema, name, FoldPlan(plan.after, plan.upto, done=True))
+        self._folded[table] = plan.upto
+        log.info("%s.%s: folded batches (%d, %d]", schema, name, plan.after, plan.upto)
+        return result
+
+    def drain(self, tables: Iterable[Table] | None = None) -> None:
+        """Fold everything appended so far (of ``tables``, or of every table with a change log
+        this process appended to or that a restart left unfolded)."""
+        wanted = list(tables) if tables is not None else sorted(set(self._appended) | set(self._on_disk()))
+        for table in wanted:
+            self.fold(table)
+
+    def _on_disk(self) -> list[Table]:
+        """Every table with a change log: a restarted process folds what an earlier one left."""
+        if self._disk is None:
+            self._disk = change_log_tables(self.target)
+        return self._disk
+
+    # ------------------------------------------------------------------------------------------
+    # the background thread
+
+    def start(self) -> None:
+        """Fold in the background until :meth:`stop`."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="walspark-fold", daemon=True)
+            self._thread.start()
+
+    def stop(self, drain: bool = True) -> None:
+        """Stop the background folds (after the one under way), then fold what is left."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if drain:
+            self.drain()
+        self.raise_failure()
+
+    def _loop(self) -> None:
+        try:  # what an earlier process appended and did not fold: first
+            self._fold_all(self._on_disk())
+        except BaseException as exc:
+            log.warning("fold of what an earlier run left failed: %s", exc)
+            self._failure = exc
+        while not self._stop.is_set():
+            started = time.monotonic()
+            tables = self.pending()
+            if tables:
+                try:
+                    self._fold_all(tables)
+                except BaseException as exc:  # reported at the next batch; the loop goes on
+                    log.warning("background fold failed: %s", exc)
+                    self._failure = exc
+            self._wake.clear()
+            wait = max(self.interval - (time.monotonic() - started), 0.0)
+            if self._stop.wait(wait):
+                break
+            if not self.pending():
+                self._wake.wait(1.0)
+
+    def _fold_all(self, tables: list[Table]) -> None:
+        """One fold of each table, several tables at once (each its own Spark session)."""
+        workers = min(self.parallelism, len(tables))
+        if workers <= 1:
+            for table in tables:
+                self.fold(table)
+            return
+        with ThreadPoolExecutor(workers, thread_name_prefix="walspark-fold") as pool:
+            for future in [pool.submit(self.fold, table) for table in tables]:
+                future.result()
