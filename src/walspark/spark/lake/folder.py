@@ -29,6 +29,7 @@ mirror lacks is in a change log: a restart folds it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,9 +45,25 @@ from walspark.spark.lake.changelog import ChangeLog, FoldPlan, change_log_tables
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Folder", "fold_app_id"]
+__all__ = ["CRASH_VARIABLE", "Folder", "crash_point", "fold_app_id"]
 
 Table = tuple[str, str]
+
+#: Test hook of the crash suite: the driver kills its own process group (the JVM with it) when it
+#: reaches the point named here — ``changes-appended`` (a batch's change logs are durable, Spark
+#: has not committed the batch, so the slot is not confirmed), ``fold-planned`` (a fold's plan is
+#: written, nothing folded) or ``fold-committed`` (the mirror holds the fold, its progress row and
+#: plan do not).
+CRASH_VARIABLE = "WALSPARK_TEST_CRASH_AT"
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process group here if the crash suite asked for it (see :data:`CRASH_VARIABLE`)."""
+    if os.environ.get(CRASH_VARIABLE) == name:
+        import signal
+
+        log.warning("test hook: killed at %s", name)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def fold_app_id(app_id: str) -> str:
@@ -142,6 +159,7 @@ class Folder:
                 return None
             plan = FoldPlan(after, upto, done=False)
             write_plan(self.home, schema, name, plan)
+            crash_point("fold-planned")
         else:
             log.info("%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto)
         rows = changes.read(plan.after, plan.upto)
@@ -155,6 +173,7 @@ class Folder:
                     session.sparkContext.setJobGroup(f"walspark-fold-{schema}.{name}", f"walspark fold of {schema}.{name}")
                     result, record = _apply_table(session, rows, plan.upto, facts, target=self.target, mode=options.mode,
                                                   app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
+                    crash_point("fold-committed")
                     if record is not None:
                         ProgressTable(session, self.target, self.state).record_many([record])
             finally:

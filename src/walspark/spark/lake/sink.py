@@ -288,6 +288,9 @@ class ApplyChanges:
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
         if folder is not None:
+            from walspark.spark.lake.folder import crash_point
+
+            crash_point("changes-appended")
             for result in results:
                 if not result.skipped:
                     folder.appended((result.schema, result.table), batch_id)
