@@ -1,8 +1,10 @@
 """walspark: PostgreSQL logical replication (pgoutput) into Delta Lake tables through Spark.
 
 ``walspark.Pipeline`` is the library form of ``walspark run`` (see :mod:`walspark.pipeline`);
-``walspark.maintain`` keeps a pipeline's tables lean (``walspark maintain``). Both are imported
-on first use, so ``import walspark`` stays cheap (no PySpark).
+``walspark.maintain`` keeps a pipeline's tables lean (``walspark maintain``);
+``walspark.read_table`` and ``walspark.fresh_view`` read a table of a change-log target with the
+changes not folded yet (:mod:`walspark.spark.lake.fresh`). All are imported on first use, so
+``import walspark`` stays cheap (no PySpark).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__", "maintain"]
+__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__", "fresh_view", "maintain",
+           "read_table"]
 
 if TYPE_CHECKING:
     from walspark.pipeline import Pipeline, PipelineHandle, PipelineStatus, RunSummary
+    from walspark.spark.lake.fresh import fresh_view, read_table
     from walspark.spark.lake.maintenance import maintain
 
 
@@ -27,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from walspark.spark.lake.maintenance import maintain
 
         return maintain
+    if name in ("read_table", "fresh_view"):
+        import walspark.spark.lake.fresh
+
+        return getattr(walspark.spark.lake.fresh, name)
     raise AttributeError(f"module 'walspark' has no attribute {name!r}")
