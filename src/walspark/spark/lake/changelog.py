@@ -171,6 +171,14 @@ class ChangeLog:
             df = df.select(*[c for c in df.columns if c not in ("_old", "_unchanged")], "_old", "_unchanged")
         return df
 
+    def batches(self, after: int, upto: int) -> list[int]:
+        """The batch ids in ``(after, upto]`` that appended rows, in order."""
+        from pyspark.sql import functions as F
+
+        rows = (self.spark.read.format("delta").load(self.path)
+                .where((F.col(BATCH_ID) > after) & (F.col(BATCH_ID) <= upto)).select(BATCH_ID).distinct().collect())
+        return sorted(r[0] for r in rows)
+
     def last_batch(self) -> int | None:
         """The highest batch id in the log (None: empty or no log)."""
         from pyspark.sql import functions as F

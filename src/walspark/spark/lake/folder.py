@@ -140,10 +140,6 @@ class Folder:
         return SparkSession(self.spark.sparkContext, self.spark._jsparkSession.cloneSession())
 
     def _fold(self, table: Table, session: SparkSession) -> ApplyResult | None:
-        from walspark.spark.lake.apply import _apply_table
-        from walspark.spark.lake.facts import batch_facts
-        from walspark.spark.lake.progress import ProgressTable
-
         schema, name = table
         changes = ChangeLog(session, self.target, schema, name)
         plan = read_plan(self.home, schema, name)
@@ -162,22 +158,49 @@ class Folder:
             crash_point("fold-planned")
         else:
             log.info("%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto)
-        rows = changes.read(plan.after, plan.upto)
         options = self.options_for(schema, name)
-        result = None
-        if rows is not None:
-            rows = rows.persist()
-            try:
-                facts = batch_facts(rows, table, options.keys)
-                if facts is not None:
-                    session.sparkContext.setJobGroup(f"walspark-fold-{schema}.{name}", f"walspark fold of {schema}.{name}")
-                    result, record = _apply_table(session, rows, plan.upto, facts, target=self.target, mode=options.mode,
-                                                  app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
-                    crash_point("fold-committed")
-                    if record is not None:
-                        ProgressTable(session, self.target, self.state).record_many([record])
-            finally:
-                rows.unpersist()
+        session.sparkContext.setJobGroup(f"walspark-fold-{schema}.{name}", f"walspark fold of {schema}.{name}")
+        result = self._apply(session, changes, table, options, plan.after, plan.upto)
+        if result is not None and result[1]:
+            # Key changes that left TOASTed values unchanged: a chain of them across micro-batches
+            # is followed one micro-batch at a time, as the direct apply does (one hop per batch).
+            # Decided from the range's rows alone, so a fold done again decides the same.
+            for after, upto in zip(result[1], result[1][1:], strict=False):
+                self._apply(session, changes, table, options, after, upto, stepwise=False)
+        write_plan(self.home, schema, name, FoldPlan(plan.after, plan.upto, done=True))
+        self._folded[table] = plan.upto
+        log.info("%s.%s: folded batches (%d, %d]", schema, name, plan.after, plan.upto)
+        return None if result is None else result[0]
+
+    def _apply(self, session: SparkSession, changes: ChangeLog, table: Table, options: Any, after: int, upto: int,
+               stepwise: bool = True) -> tuple[ApplyResult | None, list[int]] | None:  # fmt: skip
+        """Apply batches ``(after, upto]`` as one batch with id ``upto``; or, with ``stepwise`` and
+        key changes leaving unchanged TOAST in a range of several batches, apply nothing and return
+        the bounds to apply batch by batch (``[after, b1, b2, ..., upto]``)."""
+        from walspark.spark.lake.apply import _apply_table
+        from walspark.spark.lake.facts import batch_facts
+        from walspark.spark.lake.progress import ProgressTable
+
+        rows = changes.read(after, upto)
+        if rows is None:
+            return None
+        rows = rows.persist()
+        try:
+            facts = batch_facts(rows, table, options.keys)
+            if facts is None:
+                return None
+            if stepwise and facts.moved_unchanged:
+                batches = changes.batches(after, upto)
+                if len(batches) > 1:
+                    return None, [after, *batches]
+            result, record = _apply_table(session, rows, upto, facts, target=self.target, mode=options.mode,
+                                          app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
+            crash_point("fold-committed")
+            if record is not None:
+                ProgressTable(session, self.target, self.state).record_many([record])
+            return result, []
+        finally:
+            rows.unpersist()
         write_plan(self.home, schema, name, FoldPlan(plan.after, plan.upto, done=True))
         self._folded[table] = plan.upto
         log.info("%s.%s: folded batches (%d, %d]", schema, name, plan.after, plan.upto)
