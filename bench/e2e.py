@@ -15,6 +15,9 @@ walsender delivers them — and prints the ratio.
    ``Pipeline(...).start()`` streams with a 1 s trigger. Reports the offered and applied change rates, the
    lag (now minus the newest history row visible in Delta, sampled every 2 s) and the time to
    drain after the writes stop.
+3. **pgbench**: PostgreSQL's own pgbench at the rate the server sustains alone here, for
+   ``--pgbench-seconds`` (300), in the default mode and in change-log mode (``bench/pgbench_run.py``
+   says how): offered against applied changes/s and the lag every 30 s.
 
 Spark's one-off start-up (JVM, Delta, Python workers) is paid by a small warm-up pipeline before
 anything is timed, as a long-running pipeline pays it once. Progress on stderr, tables on stdout.
@@ -254,7 +257,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="sustained: transactions/s (default 100)")
     parser.add_argument("--seconds", type=float, default=60.0, help="sustained: seconds of writes (default 60)")
     parser.add_argument("--trigger", type=float, default=1.0, help="sustained: trigger interval (default 1 s)")
-    parser.add_argument("--only", choices=("bulk", "sustained"), default=None, help="run one scenario")
+    parser.add_argument("--pgbench-seconds", type=float, default=300.0, help="pgbench: seconds per mode (default 300)")
+    parser.add_argument("--pgbench-modes", default="merge,change-log", help="pgbench: modes (merge,change-log)")
+    parser.add_argument("--scale", type=int, default=1, help="pgbench: scale (default 1: 100,000 accounts)")
+    parser.add_argument("--clients", type=int, default=2, help="pgbench: clients (default 2)")
+    parser.add_argument("--only", choices=("bulk", "sustained", "pgbench"), default=None, help="run one scenario")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     args = parser.parse_args()
 
@@ -274,6 +281,13 @@ def main() -> None:
         if args.only in (None, "sustained"):
             rows, lag = sustained(spark, pg, dsn, tmp, args.rate, args.seconds, args.trigger)
             results += rows
+        benched = []
+        if args.only in (None, "pgbench"):
+            from pgbench_run import run_mode  # bench/pgbench_run.py, beside this script
+
+            benched = [run_mode(spark, pg, tmp, mode, scale=args.scale, clients=args.clients, calibrate=10.0,
+                                seconds=args.pgbench_seconds, trigger=args.trigger)
+                       for mode in args.pgbench_modes.split(",")]  # fmt: skip
         spark.stop()
     print_table(results)
     for scenario in ("bulk", "sustained"):
@@ -289,6 +303,10 @@ def main() -> None:
         # walspark's figure also pays the drain after the writes stopped.
         print(f"sustained: walspark / offered workload = {ours.rate / offered.rate:.3f}"
               f" ({ours.rate:,.0f} vs {offered.rate:,.0f} changes/s, drain included)")
+    if benched:
+        from pgbench_run import report
+
+        report(benched)
     if lag is not None:
         print(f"\nsustained lag (now − newest row visible in Delta, {int(lag['samples'])} samples every 2 s):"
               f" p50 {lag['p50']:.2f} s, p95 {lag['p95']:.2f} s, max {lag['max']:.2f} s;"

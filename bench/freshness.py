@@ -1,17 +1,26 @@
-"""Commit-to-visible latency of the streaming pipeline at a steady moderate write rate (`./dev bench freshness`).
+"""Commit-to-visible freshness at a steady write rate, change log against MERGE (`./dev bench freshness`).
 
-Why: throughput says how much walspark can carry; freshness says how old the data a reader of
-the Delta table sees is, which is what a CDC user feels. A writer commits ``--rate`` single-row
-transactions per second (default 20) into a published table whose ``at`` column is
-``clock_timestamp()`` (taken inside the transaction, a hair before its commit), while
-``walspark.Pipeline`` — the code of ``walspark run`` — streams with a ``--trigger`` of 0.5 s. A sampler
-reads the Delta table every ``--sample`` seconds (0.5) with plain Spark for rows it has not seen
-yet; a row's latency is the time it was first seen minus its ``at``. Both clocks are this host's.
+Why: throughput says how much walspark can carry; freshness says how old the data a reader sees
+is, which is what a CDC user feels (issue 16). The soak benchmark's writer (``bench/soak.py``)
+offers ``--rate`` changes/s (default 1,000) for ``--seconds`` (60) into ``--tables`` published tables
+(4) of ``--rows`` rows (20,000, copied by the pipeline's snapshot first): mostly updates of random
+keys setting ``at = clock_timestamp()``, 5 % inserts and 5 % deletes, ``--per-txn`` changes (50)
+per transaction. ``walspark.Pipeline`` — the code of ``walspark run`` — streams with a ``--trigger``
+of 0.5 s, twice, each on a fresh server and target:
 
-The figure includes the sampling interval (a row is seen up to one sample late) and the
-sampler's own Spark reads, which share the machine with the pipeline — as a real reader would.
-Rows of the first ``--warm`` seconds (default 10) are left out: the first batches pay the
-query's start.
+* ``merge``, the reference: each micro-batch MERGEd into the mirrors (the default mode);
+* ``change-log`` (``walspark run --change-log``): each micro-batch appended to the change logs,
+  the mirrors folded from them in the background.
+
+Every ``--sample`` s (0.5) a reader outside Spark (delta-rs) takes each table's newest ``at`` from
+the Delta log's file statistics (no data read) of the change log and of the mirror; the age of
+the newest visible change (now − ``at``) is one sample per table. For the change-log mode a third
+reader, in the benchmark's Spark session and a thread of its own, runs the fresh read
+(``walspark.read_table(...).agg(max(at))``, mirror + unfolded change log) of one table at a time,
+round-robin, as often as a query allows (at most every sample). Samples of the first ``--warm`` seconds (20) are left out: the first batches pay the
+query's start. The age includes up to one sample interval and the writer's gap between two
+transactions of a table, so it is an upper bound of commit → visible. Both clocks are this host's.
+Goals (issue 16): change log p95 ≤ 1.5 s and mirror p95 ≤ 5 s at 1,000 changes/s over 4 tables.
 """
 
 from __future__ import annotations
@@ -22,104 +31,130 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
-import psycopg
-
+from soak import Lake, Writer, create_tables, log  # bench/soak.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
-_T0 = time.perf_counter()
-
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the result table."""
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
-
-
-def writer(dsn: str, rate: float, seconds: float, done: threading.Event, errors: list[BaseException]) -> None:
-    """One autocommit insert every 1/rate s on a fixed schedule (no drift when a commit is slow)."""
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            started, n = time.monotonic(), 0
-            while (due := started + n / rate) < started + seconds:
-                if (pause := due - time.monotonic()) > 0:
-                    time.sleep(pause)
-                conn.execute("INSERT INTO fresh (at, payload) VALUES (clock_timestamp(), repeat('x', 200))")
-                n += 1
-    except BaseException as exc:  # reported by main
-        errors.append(exc)
-    finally:
-        done.set()
+GOALS = {("change-log", "change log"): 1.5, ("change-log", "mirror"): 5.0}
 
 
 def pct(values: list[float], p: int) -> float:
+    if not values:
+        return float("nan")
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
+
+
+def fresh_read_age(spark, target: str, table: str) -> float | None:  # type: ignore[no-untyped-def]
+    """Age of the newest change a fresh read sees (one Spark query)."""
+    from pyspark.sql import functions as F
+
+    from walspark import read_table
+
+    newest = read_table(spark, target, ("public", table)).agg(F.max("at")).first()[0]
+    return None if newest is None else time.time() - newest.timestamp()
+
+
+def measure(args: argparse.Namespace, spark, mode: str) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
+    """One mode's samples per reader ("change log", "mirror", "fresh read")."""
+    from walspark import Pipeline
+    from walspark.embedded.postgres import EmbeddedPostgres
+
+    ages: dict[str, list[float]] = {"mirror": []}
+    if mode == "change-log":
+        ages = {"change log": [], "mirror": [], "fresh read": []}
+    with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory(prefix="walspark-bench-freshness-") as tmp:
+        dsn = pg.dsn()
+        create_tables(dsn, args.tables, args.rows)
+        target = Path(tmp) / "lake"
+        pipeline = Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot", target=str(target))
+        pipeline = pipeline.trigger_seconds(args.trigger).on_progress(lambda _line: None)
+        if mode == "change-log":
+            pipeline = pipeline.change_log(True, args.fold_seconds)
+        log(f"{mode}: snapshot of {args.tables} x {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
+        handle = start_pipeline(pipeline, timeout=900)
+        readers = {"mirror": Lake(target, args.tables), "change log": Lake(target / "_changes", args.tables)}
+        writer = Writer(dsn, args.tables, args.rows, args.rate, args.per_txn, 0.05, args.seconds)
+        writer.thread.start()
+        log(f"{mode}: offering {args.rate:g} changes/s for {args.seconds:g} s, sampling every {args.sample:g} s")
+        stop = threading.Event()
+
+        def fresh_reads() -> None:
+            """The fresh read's samples, in a thread of their own: a Spark query takes longer than a sample."""
+            turn = 0
+            while not stop.is_set():
+                tick = time.monotonic()
+                if writer.started is not None and tick - writer.started >= args.warm:
+                    try:
+                        age = fresh_read_age(spark, str(target), f"soak_{turn % args.tables}")
+                    except Exception as exc:  # noqa: BLE001 - a table not copied yet; reported at the end
+                        log(f"fresh read failed: {exc}")
+                        age = None
+                    turn += 1
+                    if age is not None:
+                        ages["fresh read"].append(age)
+                stop.wait(max(0.0, args.sample - (time.monotonic() - tick)))
+
+        reader = threading.Thread(target=fresh_reads, daemon=True)
+        if "fresh read" in ages:
+            reader.start()
+        try:
+            while writer.thread.is_alive():
+                tick = time.monotonic()
+                if handle.exception is not None or not handle.is_active:
+                    raise SystemExit(f"the pipeline failed: {handle.exception or handle.status()}")
+                warm = writer.started is not None and tick - writer.started >= args.warm
+                now = time.time()
+                for name, lake in readers.items():
+                    if name in ages:
+                        newest = lake.newest()
+                        if warm:
+                            ages[name] += [now - n for n in newest if n is not None]
+                time.sleep(max(0.0, args.sample - (time.monotonic() - tick)))
+            if writer.error is not None:
+                raise SystemExit(f"the writer failed: {writer.error!r}")
+            log(f"{mode}: {writer.changes:,} changes offered in {writer.seconds:g} s")
+        finally:
+            stop.set()
+            if reader.is_alive():
+                reader.join()
+            handle.stop(timeout=300)
+    ages["offered (changes/s)"] = [writer.changes / args.seconds]
+    return ages
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=20.0, help="transactions/s (default 20)")
-    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of writes (default 60)")
-    parser.add_argument("--warm", type=float, default=10.0, help="seconds of rows left out at the start (10)")
-    add_stream_options(parser, sample=0.5, what="Delta")
+    parser.add_argument("--rate", type=float, default=1000.0, help="changes/s offered, all tables (default 1,000)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of writes per mode (default 60)")
+    parser.add_argument("--tables", type=int, default=4, help="published tables (default 4)")
+    parser.add_argument("--rows", type=int, default=20_000, help="initial rows per table (default 20,000)")
+    parser.add_argument("--per-txn", type=int, default=50, help="changes per transaction (default 50)")
+    parser.add_argument("--warm", type=float, default=20.0, help="seconds of samples left out at the start (20)")
+    parser.add_argument("--fold-seconds", type=float, default=0.0, help="change-log mode: seconds between folds (0)")
+    parser.add_argument("--modes", default="merge,change-log", help="modes to run, in order (merge,change-log)")
+    add_stream_options(parser, sample=0.5, what="freshness")
     args = parser.parse_args()
 
-    from walspark import Pipeline
-    from walspark.embedded.postgres import EmbeddedPostgres
-    from walspark.source.slots import create_slot
     from walspark.spark.session import spark_session
 
-    with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory(prefix="walspark-bench-freshness-") as tmp:
-        dsn = pg.dsn()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE fresh (id bigserial PRIMARY KEY, at timestamptz NOT NULL, payload text)")
-            conn.execute("CREATE PUBLICATION fresh_pub FOR TABLE fresh")
-            create_slot(conn, "fresh_slot")  # the table is empty: no snapshot needed
-        spark = spark_session("walspark-bench-freshness", master=args.master)
-        target = f"{tmp}/lake"
-        pipeline = (Pipeline(spark, dsn=dsn, publication="fresh_pub", slot="fresh_slot", target=target)
-                    .trigger_seconds(args.trigger).on_progress(log))  # fmt: skip
-        failures: list[BaseException] = []
-        handle = start_pipeline(pipeline, timeout=300)
-        log(f"streaming; writing {args.rate:g} txn/s for {args.seconds:g} s, sampling Delta every {args.sample:g} s")
-        done = threading.Event()
-        threading.Thread(target=writer, args=(dsn, args.rate, args.seconds, done, failures), daemon=True).start()
-        path = f"{target}/public/fresh"
-        seen: dict[int, float] = {}  # id -> latency (s)
-        commit_at: dict[int, float] = {}
-        last_id, drained_after = 0, None
-        started = time.time()
-        while True:
-            tick = time.monotonic()
-            try:
-                rows = (spark.read.format("delta").load(path).where(f"id > {last_id}")
-                        .selectExpr("id", "unix_micros(at)").collect())  # fmt: skip
-            except Exception:  # noqa: BLE001 - the Delta table exists after the first batch
-                rows = []
-            now = time.time()
-            for row_id, micros in rows:
-                seen[row_id] = now - micros / 1e6
-                commit_at[row_id] = micros / 1e6
-                last_id = max(last_id, row_id)
-            if handle.exception is not None:
-                failures.append(handle.exception)
-            if failures:
-                raise SystemExit(f"failed: {failures[0]!r}")
-            if done.is_set():
-                with psycopg.connect(dsn) as conn:
-                    total = conn.execute("SELECT count(*) FROM fresh").fetchone()[0]  # type: ignore[index]
-                if len(seen) >= total:
-                    break
-                drained_after = drained_after or time.monotonic()
-                if time.monotonic() - drained_after > 300:
-                    raise SystemExit("the pipeline did not deliver every row within 300 s")
-            time.sleep(max(0.0, args.sample - (time.monotonic() - tick)))
-        handle.stop(timeout=120)
-        spark.stop()
-    kept = [lat for rid, lat in seen.items() if commit_at[rid] >= started + args.warm]
-    print("| rate (txn/s) | trigger (s) | sample (s) | rows measured | p50 (s) | p95 (s) | max (s) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    print(f"| {args.rate:g} | {args.trigger:g} | {args.sample:g} | {len(kept):,} | {pct(kept, 50):.2f} |"
-          f" {pct(kept, 95):.2f} | {max(kept):.2f} |")  # fmt: skip
+    spark = spark_session("walspark-bench-freshness", master=args.master)
+    results = {mode: measure(args, spark, mode) for mode in args.modes.split(",")}
+    spark.stop()
+    print(f"\nfreshness at {args.rate:g} changes/s offered over {args.tables} tables, trigger {args.trigger:g} s, "
+          f"sample {args.sample:g} s ({args.seconds:g} s of writes per mode, the first {args.warm:g} s left out)\n")
+    print("| mode | visible in | offered (chg/s) | samples | p50 (s) | p95 (s) | max (s) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for mode, ages in results.items():
+        offered = ages.pop("offered (changes/s)")[0]
+        for reader, values in ages.items():
+            print(f"| {mode} | {reader} | {offered:,.0f} | {len(values)} | {pct(values, 50):.2f} | {pct(values, 95):.2f} "
+                  f"| {max(values, default=float('nan')):.2f} |")
+    for (mode, reader), goal in GOALS.items():
+        if mode in results and reader in results[mode]:
+            p95 = pct(results[mode][reader], 95)
+            print(f"goal: {reader} p95 <= {goal:g} s ({mode}): {p95:.2f} s, {'met' if p95 <= goal else 'NOT met'}",
+                  file=sys.stdout)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,17 @@ GROWTH = 1.5  # bounded: the last window's reading <= GROWTH x the largest of th
 DRIFT = 1.2  # the last window's median batch duration <= DRIFT x the first window's
 
 
+def create_tables(dsn: str, tables: int, rows: int) -> None:
+    """``soak_0`` .. ``soak_<tables-1>`` of ``rows`` rows each, published by ``soak_pub``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in range(tables):
+            conn.execute(f"CREATE TABLE soak_{t} (id bigint PRIMARY KEY, at timestamptz NOT NULL, v int NOT NULL,"
+                         " payload text)")  # fmt: skip
+            conn.execute(f"INSERT INTO soak_{t} SELECT g, clock_timestamp(), 0, repeat('x', 100)"
+                         " FROM generate_series(1, %s::bigint) g", (rows,))  # fmt: skip
+        conn.execute("CREATE PUBLICATION soak_pub FOR TABLE " + ", ".join(f"soak_{t}" for t in range(tables)))
+
+
 def log(text: str) -> None:
     """Progress on stderr, so stdout carries only the result table."""
     print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
@@ -351,6 +362,8 @@ def main() -> None:
     parser.add_argument("--per-txn", type=int, default=50, help="changes per transaction (default 50)")
     parser.add_argument("--churn", type=float, default=0.05, help="share of inserts, and of deletes (default 0.05)")
     add_stream_options(parser, sample=1.0, what="freshness")
+    parser.add_argument("--change-log", action="store_true",
+                        help="stream in change-log mode (walspark run --change-log); freshness is the mirrors'")
     parser.add_argument("--keep", type=Path, default=None, help="keep the target (Delta tables) here")
     args = parser.parse_args()
     if args.rows <= args.per_txn:
@@ -368,14 +381,7 @@ def main() -> None:
     try:
         with EmbeddedPostgres() as pg:
             dsn = pg.dsn()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                for t in range(args.tables):
-                    conn.execute(f"CREATE TABLE soak_{t} (id bigint PRIMARY KEY, at timestamptz NOT NULL, v int NOT NULL,"
-                                 " payload text)")  # fmt: skip
-                    conn.execute(f"INSERT INTO soak_{t} SELECT g, clock_timestamp(), 0, repeat('x', 100)"
-                                 " FROM generate_series(1, %s::bigint) g", (args.rows,))  # fmt: skip
-                conn.execute("CREATE PUBLICATION soak_pub FOR TABLE "
-                             + ", ".join(f"soak_{t}" for t in range(args.tables)))  # fmt: skip
+            create_tables(dsn, args.tables, args.rows)
             spark = spark_session("walspark-bench-soak", master=args.master)
             batches = Batches()
             batches.listen(spark)
@@ -383,7 +389,8 @@ def main() -> None:
             log(f"snapshot of {args.tables} x {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
             handle = start_pipeline(Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot",
                                              target=str(target)).trigger_seconds(args.trigger)
-                                    .on_progress(lambda _line: None), timeout=900)  # fmt: skip
+                                    .change_log(args.change_log).on_progress(lambda _line: None),
+                                    timeout=900)  # fmt: skip
             try:
                 writer, started, written, drained, applied = stream(args, dsn, handle, batches, lake, windows)
             finally:
