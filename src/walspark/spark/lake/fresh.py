@@ -30,6 +30,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from walspark.spark.lake.changelog import BATCH_ID
 from walspark.spark.lake.columns import _P, ROW_MARKER, SCD2_COLUMNS, key_column, lsn_literal_order
 from walspark.spark.lake.facts import batch_facts, row_fields
 from walspark.spark.lake.tables import quote, table_path
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
     from walspark.spark.lake.facts import BatchFacts
 
 __all__ = ["fresh_rows", "fresh_view", "read_table", "table_name"]
-
-#: The change log's batch number column: not a row column, dropped before folding.
-BATCH_ID = "_batch_id"
 
 Shape = Sequence[tuple[str, "DataType"]]
 

@@ -32,6 +32,7 @@ were applied, then fails.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -83,6 +84,11 @@ class ProgressTable:
     """
 
     _known: ClassVar[dict[str, dict[tuple[str, str, str], Progress]]] = {}
+    #: Progress tables this process has appended to (so they exist), and the lock of the appends
+    #: before that: several threads append (the sink's progress writer, the folds of change-log
+    #: mode), and two appends that both create the table conflict (ProtocolChangedException).
+    _created: ClassVar[set[str]] = set()
+    _creating: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, spark: SparkSession, target: str, state: str | None = None) -> None:
         self.spark = spark
@@ -93,6 +99,7 @@ class ProgressTable:
     def forget(cls) -> None:
         """Drop what this process remembers (as a restart would)."""
         cls._known.clear()
+        cls._created.clear()
 
     def _load(self) -> dict[tuple[str, str, str], Progress]:
         known = self._known.get(self.path)
@@ -156,7 +163,13 @@ class ProgressTable:
         )
         known = self._load()
         # one file per append, and auto compaction (set when the first append creates the table)
-        df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true").save(self.path)
+        writer = df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true")
+        if self.path in self._created:
+            writer.save(self.path)
+        else:
+            with self._creating:  # perhaps the append that creates the table: one at a time
+                writer.save(self.path)
+                self._created.add(self.path)
         for r in records:
             key = (r.app_id, r.schema, r.table)
             previous = known.get(key)

@@ -290,10 +290,11 @@ class ApplyChanges:
         if folder is not None:
             from walspark.spark.lake.folder import crash_point
 
-            crash_point("changes-appended")
-            for result in results:
-                if not result.skipped:
-                    folder.appended((result.schema, result.table), batch_id)
+            appended = [r for r in results if not r.skipped]
+            if appended:  # the window is after an append: not at a batch with nothing to append
+                crash_point("changes-appended")
+            for result in appended:
+                folder.appended((result.schema, result.table), batch_id)
         if records:
             progress = ProgressTable(spark, self.target, self._state)
             self._progress.append(_progress_writer().submit(progress.record_many, records))
