@@ -202,19 +202,22 @@ class Pipeline:
     #: Variables set for the child on top of this process's environment, and its working dir.
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    #: More ``walspark run`` options, given to every start (e.g. ``("--change-log",)``).
+    extra_args: Sequence[str] = ()
     runs: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, once: bool = False) -> subprocess.Popen[bytes]:
+    def start(self, *, once: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a run; ``env``: variables for this run only, on top of :attr:`env`."""
         self.runs += 1
         args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", self.dsn, "--publication", PUBLICATION,
                 "--slot", self.slot, "--target", str(self.target), "--trigger-seconds", str(self.trigger_seconds),
-                "--master", self.master]  # fmt: skip
+                "--master", self.master, *self.extra_args]  # fmt: skip
         if once:
             args.append("--once")
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env, **(env or {})}
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
                                          cwd=self.cwd)  # fmt: skip
         return self.proc
