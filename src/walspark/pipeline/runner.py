@@ -70,13 +70,17 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     progress = StreamProgress(settings.dsn, say, settings.staging, query_name=settings.query_name, tracker=tracker)
     spark.streams.addListener(progress.listener)
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
+    ok = False
     try:
         starts = run_queries(spark, settings, sink, sync, say, tracker)
         if settings.once and not settings.stop.requested.is_set():
             sync.finish()  # --once ends with every table copied and handed off to the stream
+        ok = True
     finally:
         sync.stop()
         spark.streams.removeListener(progress.listener)
+        if not ok:
+            sink.abort()  # no background fold outlives a failed run
     sink.close()  # the last batch's progress rows, written in the background; change logs folded
     from walspark.spark.datasource.two_phase import release_committed_prepared
 

@@ -255,6 +255,8 @@ class Folder:
                 except BaseException as exc:  # reported at the next batch; the loop goes on
                     log.warning("background fold failed: %s", exc)
                     self._failure = exc
+                    if self._stop.wait(max(self.interval, 5.0)):  # never a hot retry loop
+                        break
             self._wake.clear()
             wait = max(self.interval - (time.monotonic() - started), 0.0)
             if self._stop.wait(wait):

@@ -153,6 +153,16 @@ class ApplyChanges:
         while self._folders:
             self._folders.pop().stop(drain=True)
 
+    def abort(self) -> None:
+        """End of a failed run: stop the background folds without folding more, raising nothing
+        (the next run folds what is left: a fold is planned and exact whenever it stops)."""
+        while self._folders:
+            folder = self._folders.pop()
+            try:
+                folder.stop(drain=False)
+            except BaseException as exc:  # noqa: BLE001 - the run's own failure is what the caller sees
+                log.warning("background fold stopped with: %s", exc)
+
     def drain_folds(self, spark: SparkSession, tables: Iterable[tuple[str, str]] | None = None) -> None:
         """Fold everything the change logs hold now (of ``tables``; change-log mode only)."""
         folder = self.folder(spark)
