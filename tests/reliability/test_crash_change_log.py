@@ -47,6 +47,8 @@ from walspark.spark.lake.changelog import BATCH_ID, change_log_path, change_log_
 from walspark.spark.lake.folder import CRASH_VARIABLE, fold_app_id
 
 from .support import (
+    ONCE_TIMEOUT,
+    START_TIMEOUT,
     SLOT,
     CrashWorkload,
     Pipeline,
@@ -60,10 +62,6 @@ from .support import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-#: Deadlines, not expectations (a JVM start takes 20-30 s on a loaded 2-core host; the first
-#: round also takes the snapshot).
-START_TIMEOUT = 600.0
-ONCE_TIMEOUT = 900.0
 
 #: The rounds: a hook's point, or ``mid-fold`` (a kill from outside while a fold plan is not done).
 #: By default the three windows of the hook; ``WALSPARK_CRASH_ROUNDS=...,mid-fold`` adds the

@@ -29,6 +29,8 @@ import psycopg
 import pytest
 
 from .support import (
+    ONCE_TIMEOUT,
+    START_TIMEOUT,
     CrashWorkload,
     Pipeline,
     committed_batches,
@@ -41,11 +43,6 @@ from .support import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-#: Deadlines, not expectations: on a 2-core host shared with other suites a JVM start takes 20-30 s
-#: and one micro-batch over a minute's backlog has been seen to take 100 s.
-START_TIMEOUT = 600.0
-ONCE_TIMEOUT = 900.0
 
 
 def _snapshot_started(target: Path) -> bool:
