@@ -14,12 +14,11 @@ _relation_version, _key``), the table's columns with their catalog facts (attnum
 metadata, ``_old`` and ``_unchanged`` (the unchanged-TOAST marks the fold needs), plus
 ``_batch_id``, the micro-batch that appended them. A fold reads a range of batch ids, which is
 exactly what it consumed: rows of a batch never change once committed, and a replayed append is
-skipped by Delta's transaction id.
+skipped (see :func:`append_batch`).
 
 Shape changes: one change log holds one shape of the table. A batch of another shape (a column
 added, dropped, renamed or retyped in PostgreSQL) first has everything appended so far folded,
-then replaces the log's content and schema (an overwrite, which stays idempotent by its
-transaction id): the rows it drops are folded already, and each fold reads rows of one shape, so
+then replaces the log's content and schema (an overwrite; a replay finds the batch in the log): the rows it drops are folded already, and each fold reads rows of one shape, so
 the apply's schema evolution sees them exactly as it would have seen the micro-batches.
 
 The fold's position per table is a small JSON file, ``<home>/folds/<schema>/<table>.json``:
@@ -121,7 +120,7 @@ class ChangeLog:
 
     def append(self, rows: DataFrame, batch_id: int, writer_options: dict[str, str],
                known: dict[str, Any] | None = None, before_reshape: Any = None) -> bool:  # fmt: skip
-        """Append one batch's rows (``writer_options``: the idempotent write's transaction id).
+        """Append one batch's rows (``writer_options``: Delta writer options, e.g. the commit note).
 
         Returns True when the rows replaced the log's content for a new shape; ``before_reshape``
         is called first, to fold everything the log holds (see the module docstring).
@@ -151,6 +150,7 @@ class ChangeLog:
             reshaped = True
         if known is not None:
             known[key] = wanted
+            known[f"{self.path}\0last"] = batch_id
         return reshaped
 
     def read(self, after: int, upto: int | None = None) -> DataFrame | None:
@@ -178,6 +178,16 @@ class ChangeLog:
         rows = (self.spark.read.format("delta").load(self.path)
                 .where((F.col(BATCH_ID) > after) & (F.col(BATCH_ID) <= upto)).select(BATCH_ID).distinct().collect())
         return sorted(r[0] for r in rows)
+
+    def last_appended(self, known: dict[str, Any] | None) -> int | None:
+        """:meth:`last_batch`, read once and then kept in ``known`` (updated by :meth:`append`)."""
+        key = f"{self.path}\0last"
+        if known is not None and key in known:
+            return known[key]
+        last = self.last_batch()
+        if known is not None:
+            known[key] = last
+        return last
 
     def last_batch(self) -> int | None:
         """The highest batch id in the log (None: empty or no log)."""
@@ -242,31 +252,36 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
                  state: str | None, known: dict[str, Any] | None = None, before_reshape: Any = None
                  ) -> tuple[Any, Any]:  # fmt: skip
     """Append one table's batch to its change log, exactly once; returns the
-    :class:`~.apply.ApplyResult` and the progress row to record (None: already appended).
+    :class:`~.apply.ApplyResult` and the progress row to record (None: already recorded).
 
-    Exactly once as the direct apply is: a batch the progress table already has is skipped
-    without a write, rows at or below the table's recorded commit LSN are dropped, and the append
-    carries Delta's transaction id (``<app_id>/<schema>.<table>#changes``, version ``batch_id``),
-    recorded in the same commit, so a replay after a crash before the progress row is a no-op.
+    Exactly once: a batch the progress table already has is skipped without a write, and rows
+    at or below the table's recorded commit LSN are dropped, as in the direct apply. A replay
+    after a crash between the append and its progress row is told by the change log itself: it
+    holds the batch already (its highest ``_batch_id``, read once per process and then kept,
+    since the query is the log's only writer and appends its batches in order). Not Delta's
+    ``txnAppId``/``txnVersion``, which the direct apply uses: on an append it costs a Spark job
+    over the log's transactions, 0.7 of the 1.2 s a 1,000-row append took here (0.5 s without).
     """
     from pyspark.sql import functions as F
 
     from walspark.spark.lake.apply import ApplyResult
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
-    from walspark.spark.lake.writes import txn_app_id
 
     schema, name = facts.schema, facts.table
     changes = ChangeLog(spark, target, schema, name)
+    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, "log")
     done = ProgressTable(spark, target, state).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already in the change log (progress at batch %d)", schema, name, batch_id,
                  done.batch_id)  # fmt: skip
         return ApplyResult(schema, name, changes.path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None
+    last = changes.last_appended(known)
+    if last is not None and last >= batch_id:
+        log.info("%s.%s: batch %d already in the change log (its progress row was not written)", schema, name,
+                 batch_id)  # fmt: skip
+        return ApplyResult(schema, name, changes.path, facts.rows, skipped=True, commit_lsn=facts.max_commit_lsn), record
     if done is not None and done.commit_lsn is not None:
         rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
-    options = {"txnAppId": txn_app_id(app_id, schema, name, "changes"), "txnVersion": str(batch_id),
-               "userMetadata": note}  # fmt: skip
-    changes.append(rows, batch_id, options, known, before_reshape)
-    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, "log")
+    changes.append(rows, batch_id, {"userMetadata": note}, known, before_reshape)
     return ApplyResult(schema, name, changes.path, facts.rows, commit_lsn=facts.max_commit_lsn), record
