@@ -61,9 +61,9 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
                      say=say, state=settings.state)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
-            .scd2(*settings.scd2).state(settings.state).table_sync(sync))
+            .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
     if settings.change_log:
-        sink = sink.change_log(settings.fold_seconds)  # fmt: skip
+        sink = sink.change_log(settings.fold_seconds)
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)
