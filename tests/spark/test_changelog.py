@@ -7,11 +7,14 @@ tables are read back independently and compared with ``SELECT *``.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
 from walspark.spark.lake.changelog import BATCH_ID, FoldPlan, change_log_path, folded_through, read_plan, write_plan
+from walspark.spark.lake.maintenance import expire_changes, maintain
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.storage import state_home
@@ -24,6 +27,16 @@ pytestmark = pytest.mark.spark
 def _log_rows(spark, target: str, table: str) -> list:
     schema, name = table.split(".")
     return spark.read.format("delta").load(change_log_path(target, schema, name)).collect()
+
+
+def _engines(path: str) -> list[str]:
+    """The engine of each commit of a Delta table, in order (its log's commitInfo)."""
+    out = []
+    for entry in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in entry.read_text().splitlines():
+            if '"commitInfo"' in line:
+                out.append(json.loads(line)["commitInfo"].get("engineInfo", ""))
+    return out
 
 
 def test_batches_go_to_the_change_log_once(source_factory, spark, tmp_path):
@@ -46,6 +59,12 @@ def test_batches_go_to_the_change_log_once(source_factory, spark, tmp_path):
     assert len({(r["_commit_lsn"], r["_seq"], r["_table"]) for r in rows}) == changes
     assert sorted({r[BATCH_ID] for r in rows}) == list(range(len(frames)))
     assert not (tmp_path / "lake" / "public" / "items").exists()  # nothing folded yet
+    # The first batch creates each log through Spark; the next ones are appended from the driver
+    # (delta-rs, no Spark job), and so are the progress rows once the table exists.
+    assert _engines(change_log_path(target, "public", "items"))[0].startswith("Apache-Spark")
+    assert all(e.startswith("delta-rs") for e in _engines(change_log_path(target, "public", "items"))[1:])
+    sink.flush()
+    assert any(e.startswith("delta-rs") for e in _engines(f"{target}/_walspark/progress"))
     # Replays after a crash: with the progress rows (skipped at once), and without them (a crash
     # before they were written: Delta's transaction id skips the append).
     sink.flush()
@@ -55,7 +74,7 @@ def test_batches_go_to_the_change_log_once(source_factory, spark, tmp_path):
             (tmp_path / "lake" / "_walspark" / "progress").rename(tmp_path / "progress-gone")
         replay = ApplyChanges(target).app_id("q").change_log(fold_seconds=3600)
         replay.foreach_batch(frames[-1], len(frames) - 1)
-        replay.flush()
+        replay.close()  # its folds too: two folders of one table at once would conflict (one per run)
         assert len(_log_rows(spark, target, "public.items")) + len(_log_rows(spark, target, "public.pairs")) == changes
     sink.close()
     assert_equal(spark, src, target, "public.items", ("doc",))
@@ -74,6 +93,9 @@ def test_folded_mirror_equals_the_source_and_a_fold_done_again_changes_nothing(s
         for _ in range(15):
             _random_txn(src, rnd, live, next_id)
         src.apply(target, sink)
+    items_log = change_log_path(target, "public", "items")
+    logged = spark.read.format("delta").load(items_log).count()
+    assert logged and expire_changes(spark, target, items_log, 0) == 0  # not folded: the only copy, kept
     sink.close()
     assert_equal(spark, src, target, "public.items", ("doc",))
     assert_equal(spark, src, target, "public.pairs")
@@ -90,6 +112,11 @@ def test_folded_mirror_equals_the_source_and_a_fold_done_again_changes_nothing(s
     again.close()
     assert spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/items`").count() == versions
     assert read_plan(home, "public", "items").done
+    assert_equal(spark, src, target, "public.items", ("doc",))
+    # Folded, so maintenance may expire them (walspark maintain --keep-changes-hours 0).
+    done = {m.name: m for m in maintain(spark, target, keep_changes_hours=0, optimize=False)}
+    assert f"{logged} folded changes expired" in done["_changes/public.items"].note
+    assert spark.read.format("delta").load(items_log).count() == 0
     assert_equal(spark, src, target, "public.items", ("doc",))
     ProgressTable.forget()
 

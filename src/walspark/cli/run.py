@@ -42,6 +42,9 @@ from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
                    "background (fresher, no MERGE per batch; see walspark.read_table).")
 @click.option("--fold-seconds", type=click.FloatRange(0), default=0.0, show_default=True,
               help="With --change-log: seconds between background folds at most (0: as soon as one ends).")
+@click.option("--keep-changes-hours", type=click.FloatRange(0), default=None,
+              help="With --change-log: maintenance deletes change-log rows folded and committed more than this many "
+                   "hours ago (default: keep every change).")
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 @click.option("--state", default=None, metavar="LOCATION",
               help="Folder or object-store URI of walspark's own files (default TARGET/_walspark).")
@@ -50,7 +53,7 @@ from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
 def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tuple[str, ...], app_id: str | None,
         max_rows_per_batch: int | None, trigger_seconds: float, sync_check_seconds: float,
         sync_chunk_rows: int, maintenance_hours: float, retain_hours: float | None, change_log: bool,
-        fold_seconds: float, master: str | None,
+        fold_seconds: float, keep_changes_hours: float | None, master: str | None,
         state: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
@@ -60,7 +63,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         pipeline = (Pipeline(None, dsn=dsn, publication=publication, slot=slot, target=target)
                     .scd2(*scd2).trigger_seconds(trigger_seconds).max_rows_per_batch(max_rows_per_batch)
                     .sync_check_seconds(sync_check_seconds).sync_chunk_rows(sync_chunk_rows).state(state)
-                    .maintenance(maintenance_hours, retain_hours).change_log(change_log, fold_seconds)
+                    .maintenance(maintenance_hours, retain_hours).change_log(change_log, fold_seconds, keep_changes_hours)
                     .on_progress(lambda text: click.echo(text, err=True)))  # fmt: skip
         if app_id:
             pipeline.app_id(app_id)

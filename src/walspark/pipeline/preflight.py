@@ -32,8 +32,9 @@ def check_settings(settings: RunSettings) -> None:
         raise OptionError("--max-rows-per-batch must be at least 1")
     if settings.sync_chunk_rows < 1:
         raise OptionError("--sync-chunk-rows must be at least 1")
-    if settings.maintenance_hours < 0 or (settings.retain_hours is not None and settings.retain_hours < 0):
-        raise OptionError("--maintenance-hours and --retain-hours must be 0 or more")
+    if settings.maintenance_hours < 0 or any(h is not None and h < 0 for h in (settings.retain_hours,
+                                                                                 settings.keep_changes_hours)):
+        raise OptionError("--maintenance-hours, --retain-hours and --keep-changes-hours must be 0 or more")
 
 
 def preflight(settings: RunSettings) -> None:

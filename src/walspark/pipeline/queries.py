@@ -36,6 +36,13 @@ STOP_GRACE_SECONDS = 20.0
 class SchemaStuckError(RuntimeError):
     """A schema change the pipeline cannot get past: the restarted query stopped at the same place."""
 
+#: Change-log mode's bound on change rows per micro-batch unless ``max_rows_per_batch`` is given:
+#: a batch is read to the driver as Arrow (see :mod:`walspark.spark.lake.driver_append`), so a
+#: backlog of millions of changes is taken in bites the driver's memory holds (~100 MB of Arrow
+#: for this many rows of a narrow table), each still large enough that a batch's fixed cost
+#: (about a second) is small beside it.
+CHANGE_LOG_BATCH_ROWS = 500_000
+
 
 def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
                 tracker: Tracker | None = None) -> int:  # fmt: skip
@@ -64,6 +71,8 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                    **settings.options}  # fmt: skip
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
+        elif settings.change_log:  # its batches come to the driver (as Arrow): a backlog in bounded bites
+            options["maxRowsPerBatch"] = str(CHANGE_LOG_BATCH_ROWS)
         changes = spark.readStream.format("pgoutput").options(**options).load()
         follow_catalog(spark, sink, changes.schema, sync.published())
         writer = (
@@ -121,7 +130,7 @@ def maintain_if_due(spark: SparkSession, settings: RunSettings, schedule: Any, s
     say(f"maintaining the Delta tables (progress rows folded, small files compacted, VACUUM of files older "
         f"than {retention})")
     done = maintain(spark, settings.target, state=settings.state, retain_hours=settings.retain_hours,
-                    stop=settings.stop.requested, say=say)  # fmt: skip
+                    keep_changes_hours=settings.keep_changes_hours, stop=settings.stop.requested, say=say)  # fmt: skip
     freed = sum(m.bytes_before - m.bytes_after for m in done)
     say(f"maintenance done: {len(done)} table(s), {freed:,} bytes freed")
     schedule.done()

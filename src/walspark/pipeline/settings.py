@@ -76,6 +76,9 @@ class RunSettings:
     change_log: bool = False
     #: Change-log mode: seconds between background folds at most (0: as soon as one ends).
     fold_seconds: float = 0.0
+    #: Change-log mode: maintenance deletes change-log rows folded and committed more than this
+    #: many hours ago; None: the change logs keep every change.
+    keep_changes_hours: float | None = None
 
     @property
     def home(self) -> str:

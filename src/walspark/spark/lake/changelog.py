@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField
 
@@ -96,6 +97,15 @@ def shape(fields: list[StructField]) -> Any:
     return _plain(json.loads(StructType([f for f in fields if f.name != BATCH_ID]).json()))
 
 
+def _arrow_log_rows(rows: pa.Table, batch_id: int) -> pa.Table:
+    """The Arrow form of the rows :meth:`ChangeLog.append` writes: no empty ``_old``, ``_batch_id`` last."""
+    import pyarrow as pa
+
+    if "_old" in rows.column_names and not rows.schema.field("_old").type.num_fields:
+        rows = rows.drop_columns(["_old"])
+    return rows.append_column(pa.field(BATCH_ID, pa.int64()), pa.repeat(pa.scalar(batch_id, pa.int64()), rows.num_rows))
+
+
 @dataclass
 class ChangeLog:
     """One table's change log: append a batch, read a range of batches."""
@@ -119,23 +129,48 @@ class ChangeLog:
         return list(self.spark.read.format("delta").load(self.path).schema.fields)
 
     def append(self, rows: DataFrame, batch_id: int, writer_options: dict[str, str],
-               known: dict[str, Any] | None = None, before_reshape: Any = None) -> bool:  # fmt: skip
-        """Append one batch's rows (``writer_options``: Delta writer options, e.g. the commit note).
+               known: dict[str, Any] | None = None, before_reshape: Any = None,
+               arrow: pa.Table | None = None, after_lsn: int | None = None) -> bool:  # fmt: skip
+        """Append one batch's rows (``writer_options``: Delta writer options, e.g. the commit note),
+        those of commits after ``after_lsn`` if given.
 
-        Returns True when the rows replaced the log's content for a new shape; ``before_reshape``
-        is called first, to fold everything the log holds (see the module docstring).
+        ``arrow``: the same rows, already on the driver; a plain append (the log exists with this
+        shape) then goes through delta-rs without a Spark job (:mod:`.driver_append`), and
+        ``rows`` only gives the shape. Returns True when the rows replaced the log's content for
+        a new shape; ``before_reshape`` is called first, to fold everything the log holds (see
+        the module docstring).
         """
         from pyspark.sql import functions as F
 
-        if "_old" in rows.columns and not rows.schema["_old"].dataType.fields:
-            rows = rows.drop("_old")  # a table without columns: Delta cannot store an empty struct
-        rows = rows.withColumn(BATCH_ID, F.lit(batch_id).cast("long"))
+        from walspark.spark.lake import driver_append
+
+        # a table without columns has an empty _old, which Delta cannot store: left out
+        fields = [f for f in rows.schema.fields if f.name != "_old" or f.dataType.fields]
         key = f"{self.path}\0shape"
         current = known.get(key) if known is not None else None
         if current is None:
-            fields = self.fields()
-            current = None if fields is None else shape(fields)
-        wanted = shape(list(rows.schema.fields))
+            logged = self.fields()
+            current = None if logged is None else shape(logged)
+        wanted = shape(fields)
+        if current == wanted and arrow is not None and driver_append.can_append(self.path):
+            if after_lsn is not None:
+                import pyarrow.compute as pc
+
+                arrow = arrow.filter(pc.greater(arrow.column("_commit_lsn"), after_lsn))
+            try:
+                driver_append.append(self.path, _arrow_log_rows(arrow, batch_id), writer_options["userMetadata"])
+            except driver_append.DriverAppendUnsupported:
+                pass  # nothing written: Spark appends it below
+            else:
+                if known is not None:
+                    known[key] = wanted
+                    known[f"{self.path}\0last"] = batch_id
+                return False
+        if len(fields) < len(rows.schema.fields):
+            rows = rows.drop("_old")
+        if after_lsn is not None:
+            rows = rows.where(F.col("_commit_lsn") > after_lsn)
+        rows = rows.withColumn(BATCH_ID, F.lit(batch_id).cast("long"))
         writer = rows.write.format("delta").options(**writer_options)
         reshaped = False
         if current is None:
@@ -249,10 +284,11 @@ def folded_through(target: str, schema: str, table: str, state: str | None = Non
 
 
 def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any, *, target: str, app_id: str,
-                 state: str | None, known: dict[str, Any] | None = None, before_reshape: Any = None
-                 ) -> tuple[Any, Any]:  # fmt: skip
+                 state: str | None, known: dict[str, Any] | None = None, before_reshape: Any = None,
+                 arrow: pa.Table | None = None) -> tuple[Any, Any]:  # fmt: skip
     """Append one table's batch to its change log, exactly once; returns the
     :class:`~.apply.ApplyResult` and the progress row to record (None: already recorded).
+    ``arrow``: the same rows on the driver, if the caller has them (see :meth:`ChangeLog.append`).
 
     Exactly once: a batch the progress table already has is skipped without a write, and rows
     at or below the table's recorded commit LSN are dropped, as in the direct apply. A replay
@@ -262,8 +298,6 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
     ``txnAppId``/``txnVersion``, which the direct apply uses: on an append it costs a Spark job
     over the log's transactions, 0.7 of the 1.2 s a 1,000-row append took here (0.5 s without).
     """
-    from pyspark.sql import functions as F
-
     from walspark.spark.lake.apply import ApplyResult
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
@@ -280,8 +314,7 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
         log.info("%s.%s: batch %d already in the change log (its progress row was not written)", schema, name,
                  batch_id)  # fmt: skip
         return ApplyResult(schema, name, changes.path, facts.rows, skipped=True, commit_lsn=facts.max_commit_lsn), record
-    if done is not None and done.commit_lsn is not None:
-        rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+    after_lsn = done.commit_lsn if done is not None else None  # commits the table has: left out
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
-    changes.append(rows, batch_id, {"userMetadata": note}, known, before_reshape)
+    changes.append(rows, batch_id, {"userMetadata": note}, known, before_reshape, arrow, after_lsn)
     return ApplyResult(schema, name, changes.path, facts.rows, commit_lsn=facts.max_commit_lsn), record

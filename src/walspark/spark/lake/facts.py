@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, Row
     from pyspark.sql.types import StructField
 
@@ -172,3 +173,64 @@ def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -
         "identity instead (deletes carry only its columns)", table, list(user), list(replica),
     )  # fmt: skip
     return tuple(replica)
+
+
+def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str] | None]
+                       ) -> dict[tuple[str, str], BatchFacts]:  # fmt: skip
+    """:func:`tables_facts` of a batch already on the driver as Arrow (change-log mode), no Spark job.
+
+    The same aggregates as :func:`_facts_aggregates`, computed with Arrow's kernels and handed to
+    the same :func:`_facts_from_row`, so both paths decide alike (a differential test holds them
+    equal). ``batch`` is in the per-table or the all-tables layout.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0:
+        return {}
+    if "_old" in batch.column_names:
+        moved_old = pc.is_valid(batch.column("_old"))
+    else:
+        olds = [pc.is_valid(batch.column(c)) for c in batch.column_names if c.endswith(OLD_SUFFIX)]
+        moved_old = functools.reduce(pc.or_, olds) if olds else pa.repeat(False, batch.num_rows)
+    op = batch.column("_op")
+    update = pc.equal(op, "U")
+    has_unchanged = pc.fill_null(pc.greater(pc.list_value_length(batch.column("_unchanged")), 0), False)
+    flags = pa.table({
+        "_schema": batch.column("_schema"), "_table": batch.column("_table"),
+        "_commit_lsn": batch.column("_commit_lsn"), "_seq": batch.column("_seq"),
+        "moved": pc.and_(pc.and_(update, moved_old), has_unchanged),
+        "inserts": pc.equal(op, "I"),
+        "unchanged": pc.and_(update, has_unchanged),
+        "truncate": pc.equal(op, "T"),
+        # a replica identity as one comparable value (its column names joined; NUL never occurs in them)
+        "identity": pc.binary_join(batch.column("_key"), "\x00"),
+        "row": pa.array(range(batch.num_rows), pa.int64()),
+    })  # fmt: skip
+    groups = flags.group_by(["_schema", "_table"]).aggregate([
+        ("row", "count"), ("_commit_lsn", "max"), ("moved", "sum"), ("inserts", "sum"),
+        ("unchanged", "sum"), ("identity", "count_distinct"),
+    ]).to_pylist()  # fmt: skip
+    # the key of a table's last change (max_by over (commit LSN, seq)): the rows sorted once
+    order = pc.sort_indices(flags, [("_commit_lsn", "ascending"), ("_seq", "ascending")])
+    ordered = flags.take(order).select(["_schema", "_table", "row", "truncate", "_commit_lsn", "_seq"]).to_pydict()
+    last_row: dict[tuple[str, str], int] = {}
+    truncs: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    times = batch.column("_commit_time")
+    for s, t, row, trunc, lsn, seq in zip(*ordered.values(), strict=True):
+        last_row[(s, t)] = row
+        if trunc:
+            at = times[row].cast(pa.timestamp("us", "UTC")).value
+            truncs.setdefault((s, t), []).append((lsn, seq, at))
+    key_column = batch.column("_key")
+    facts = {}
+    for g in groups:
+        table = (g["_schema"], g["_table"])
+        row = {
+            "n": g["row_count"], "max_lsn": g["_commit_lsn_max"], "moved": g["moved_sum"] or 0,
+            "inserts": g["inserts_sum"] or 0, "unchanged": g["unchanged_sum"] or 0,
+            "identities": g["identity_count_distinct"], "key": key_column[last_row[table]].as_py(),
+            "truncs": truncs.get(table, []),
+        }  # fmt: skip
+        facts[table] = _facts_from_row(row, table, keys(*table))
+    return facts

@@ -57,6 +57,10 @@ Table = tuple[str, str]
 CRASH_VARIABLE = "WALSPARK_TEST_CRASH_AT"
 
 
+#: The Spark local property naming a job's scheduler pool.
+_POOL = "spark.scheduler.pool"
+
+
 def crash_point(name: str) -> None:
     """SIGKILL this process group here if the crash suite asked for it (see :data:`CRASH_VARIABLE`)."""
     if os.environ.get(CRASH_VARIABLE) == name:
@@ -130,8 +134,16 @@ class Folder:
 
     def fold(self, table: Table, session: SparkSession | None = None) -> ApplyResult | None:
         """Fold every batch of ``table``'s change log not folded yet (see the module docstring)."""
-        with self._lock(table):
-            return self._fold(table, session or self._session())
+        from walspark.spark.session import FOLD_POOL
+
+        context = self.spark.sparkContext
+        pool = context.getLocalProperty(_POOL)
+        context.setLocalProperty(_POOL, FOLD_POOL)  # behind the stream's micro-batches (fairscheduler.xml)
+        try:
+            with self._lock(table):
+                return self._fold(table, session or self._session())
+        finally:
+            context.setLocalProperty(_POOL, pool)  # a drain runs in the stream's thread: give it back
 
     def _session(self) -> SparkSession:
         """A session of its own: the transaction id of an idempotent write is a session setting."""
@@ -201,10 +213,6 @@ class Folder:
             return result, []
         finally:
             rows.unpersist()
-        write_plan(self.home, schema, name, FoldPlan(plan.after, plan.upto, done=True))
-        self._folded[table] = plan.upto
-        log.info("%s.%s: folded batches (%d, %d]", schema, name, plan.after, plan.upto)
-        return result
 
     def drain(self, tables: Iterable[Table] | None = None) -> None:
         """Fold everything appended so far (of ``tables``, or of every table with a change log

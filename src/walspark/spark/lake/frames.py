@@ -84,3 +84,28 @@ def change_dataframe(spark: SparkSession, batches: Iterable[pa.RecordBatch | pa.
 
     tables = [change_rows_table_layout(b) for b in batches]
     return spark.createDataFrame(pa.concat_tables(tables))
+
+
+def arrow_table_changes(batch: pa.Table, schema: str, table: str) -> pa.Table:
+    """:func:`table_changes` of a batch already on the driver as Arrow: one table's rows in the
+    per-table layout, the same columns in the same order (the new row's fields flattened, with a
+    null new row giving null fields; ``":old"`` as ``_old``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    mine = pc.and_(pc.equal(batch.column("_schema"), schema), pc.equal(batch.column("_table"), table))
+    if not pc.all(mine).as_py():
+        batch = batch.filter(mine)
+    if "_old" in batch.column_names:
+        return batch
+    name = f"{schema}.{table}"
+    new = batch.column(name)
+    fields = [batch.schema.field(c) for c in ENVELOPE_COLUMNS]
+    columns = [batch.column(c) for c in ENVELOPE_COLUMNS]
+    for field, values in zip(new.type, new.flatten(), strict=True):  # flatten: a null struct, null fields
+        fields.append(field)
+        columns.append(values)
+    old = batch.schema.field(name + OLD_SUFFIX)
+    fields += [old.with_name("_old"), batch.schema.field("_unchanged")]
+    columns += [batch.column(name + OLD_SUFFIX), batch.column("_unchanged")]
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))

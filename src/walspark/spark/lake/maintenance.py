@@ -15,6 +15,8 @@ Three things grow while a pipeline runs, and each has its own cure:
   ``delta.deletedFileRetentionDuration``, Delta's 7 days unless set, or ``retain_hours``.
 - **Bookkeeping rows.** The progress table gets a row per table per batch;
   :meth:`~walspark.spark.lake.progress.ProgressTable.compact` keeps the last one per table.
+- **Change logs** (change-log mode) keep every change, the table's CDC feed, unless told how
+  long to keep them: :func:`expire_changes` deletes rows folded and older than that.
 
 :func:`maintain` does all three for every Delta table of a target and under walspark's home
 (progress, pending logs of tables being copied), table by table, each in its own Delta commits:
@@ -40,7 +42,7 @@ from walspark.storage import Location, location, state_home
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MAINTENANCE_HOURS", "MaintenanceSchedule", "Maintained", "delta_tables", "maintain"]
+__all__ = ["DEFAULT_MAINTENANCE_HOURS", "MaintenanceSchedule", "Maintained", "delta_tables", "expire_changes", "maintain"]
 
 #: How often a running pipeline maintains its tables unless told otherwise: daily, like the
 #: scheduled OPTIMIZE/VACUUM jobs Delta's documentation recommends. VACUUM lists each table's
@@ -117,11 +119,13 @@ def _data_files(folder: Location) -> tuple[int, int]:
 
 
 def maintain(spark: SparkSession, target: str, *, state: str | None = None, retain_hours: float | None = None,
-             optimize: bool = True, stop: threading.Event | None = None,
+             optimize: bool = True, keep_changes_hours: float | None = None, stop: threading.Event | None = None,
              say: Callable[[str], None] | None = None) -> list[Maintained]:  # fmt: skip
-    """Fold the progress rows, ``OPTIMIZE`` small files (unless ``optimize=False``), then
-    ``VACUUM`` every Delta table of a pipeline (see the module docstring); returns what was done
-    per table. ``stop`` is checked between tables; ``say`` gets a line per table."""
+    """Fold the progress rows, expire folded change-log rows committed more than
+    ``keep_changes_hours`` ago (None: keep every change), ``OPTIMIZE`` small files (unless
+    ``optimize=False``), then ``VACUUM`` every Delta table of a pipeline (see the module
+    docstring); returns what was done per table. ``stop`` is checked between tables; ``say``
+    gets a line per table."""
     from pyspark.sql import SparkSession
 
     from walspark.spark.lake.progress import ProgressTable
@@ -129,6 +133,8 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
     progress_path = ProgressTable(spark, target, state).path.rstrip("/")
     if retain_hours is not None and retain_hours < 0:
         raise ValueError(f"retain_hours must be 0 or more, not {retain_hours}")
+    if keep_changes_hours is not None and keep_changes_hours < 0:
+        raise ValueError(f"keep_changes_hours must be 0 or more, not {keep_changes_hours}")
     session = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # settings of its own
     if session.conf.get(_OPTIMIZE_MIN_FILE[0], None) is None:
         session.conf.set(*_OPTIMIZE_MIN_FILE)
@@ -150,6 +156,10 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
                 folded = ProgressTable(session, target, state).compact()
                 if folded:
                     notes.append(f"{folded} progress rows folded")
+            if keep_changes_hours is not None and name.startswith(f"{CHANGES}/"):
+                expired = expire_changes(session, target, folder.uri, keep_changes_hours, state)
+                if expired:
+                    notes.append(f"{expired} folded changes expired")
             notes += _optimize_and_vacuum(session, folder.uri, retain_hours, optimize)
         except Exception as exc:  # one table's failure (a conflict with the pipeline) spares the others
             failed = True
@@ -161,6 +171,32 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
         if say is not None:
             say(item.line())
     return done
+
+
+def expire_changes(spark: SparkSession, target: str, path: str, keep_hours: float, state: str | None = None) -> int:
+    """Delete the rows of the change log at ``path`` that are folded into their table and were
+    committed more than ``keep_hours`` ago; returns how many.
+
+    Why both conditions: a row not folded yet is the only copy of its change (the slot is
+    confirmed past it), and the fresh reads fold the rows after the fold's position, which stay.
+    The deleted rows' files go at the next VACUUM past the table's retention, as any Delta delete's.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from walspark.spark.lake.changelog import BATCH_ID, folded_through
+
+    schema, table = (unquote(p) for p in path.rstrip("/").split("/")[-2:])
+    folded = folded_through(target, schema, table, state)
+    if folded < 0:
+        return 0
+    cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=keep_hours)
+    condition = (F.col(BATCH_ID) <= folded) & (F.col("_commit_time") < F.lit(cutoff))
+    log = DeltaTable.forPath(spark, path)
+    expired = log.toDF().where(condition).count()
+    if expired:
+        log.delete(condition)
+    return expired
 
 
 def _optimize_and_vacuum(spark: SparkSession, path: str, retain_hours: float | None, optimize: bool) -> list[str]:

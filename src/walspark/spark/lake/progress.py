@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 from walspark.protocol.lsn import format_lsn
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 #: Delta auto compaction, set when the first append creates the progress table: once it has 50
@@ -51,6 +52,21 @@ PROGRESS_DDL = (
     "app_id STRING, schema_name STRING, table_name STRING, batch_id BIGINT, "
     "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP"
 )
+
+
+#: Driver appends (delta-rs) to the progress table between two compactions of its files.
+COMPACT_EVERY = 50
+
+
+def _arrow_schema() -> pa.Schema:
+    """:data:`PROGRESS_DDL` in Arrow."""
+    import pyarrow as pa
+
+    return pa.schema([
+        ("app_id", pa.string()), ("schema_name", pa.string()), ("table_name", pa.string()), ("batch_id", pa.int64()),
+        ("commit_lsn", pa.int64()), ("commit_lsn_text", pa.string()), ("rows", pa.int64()), ("mode", pa.string()),
+        ("applied_at", pa.timestamp("us", "UTC")),
+    ])  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +105,8 @@ class ProgressTable:
     #: mode), and two appends that both create the table conflict (ProtocolChangedException).
     _created: ClassVar[set[str]] = set()
     _creating: ClassVar[threading.Lock] = threading.Lock()
+    #: Appends from the driver per progress table (see :meth:`_driver_append`).
+    _appends: ClassVar[dict[str, int]] = {}
 
     def __init__(self, spark: SparkSession, target: str, state: str | None = None) -> None:
         self.spark = spark
@@ -150,26 +168,29 @@ class ProgressTable:
         """
         import datetime
 
+        from walspark.spark.lake import driver_append
+
         if not records:
             return
         now = datetime.datetime.now(datetime.UTC)
-        df = self.spark.createDataFrame(
-            [
-                (r.app_id, r.schema, r.table, r.batch_id, r.commit_lsn,
-                 None if r.commit_lsn is None else format_lsn(r.commit_lsn), r.rows, r.mode, now)
-                for r in records
-            ],  # fmt: skip
-            PROGRESS_DDL,
-        )
+        rows = [
+            (r.app_id, r.schema, r.table, r.batch_id, r.commit_lsn,
+             None if r.commit_lsn is None else format_lsn(r.commit_lsn), r.rows, r.mode, now)
+            for r in records
+        ]  # fmt: skip
         known = self._load()
-        # one file per append, and auto compaction (set when the first append creates the table)
-        writer = df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true")
-        if self.path in self._created:
-            writer.save(self.path)
-        else:
-            with self._creating:  # perhaps the append that creates the table: one at a time
+        # Once the table exists with its properties, from the driver: no Spark job (.driver_append).
+        driven = self.path in self._created and driver_append.can_append(self.path) and self._driver_append(rows)
+        if not driven:
+            df = self.spark.createDataFrame(rows, PROGRESS_DDL)
+            # one file per append, and auto compaction (set when the first append creates the table)
+            writer = df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true")
+            if self.path in self._created:
                 writer.save(self.path)
-                self._created.add(self.path)
+            else:
+                with self._creating:  # perhaps the append that creates the table: one at a time
+                    writer.save(self.path)
+                    self._created.add(self.path)
         for r in records:
             key = (r.app_id, r.schema, r.table)
             previous = known.get(key)
@@ -179,6 +200,26 @@ class ProgressTable:
                 else max(previous.commit_lsn, r.commit_lsn or 0)
             )
             known[key] = Progress(max(r.batch_id, previous.batch_id if previous else r.batch_id), lsn)
+
+    def _driver_append(self, rows: list[tuple[object, ...]]) -> bool:
+        """Append ``rows`` from the driver (delta-rs); False: the table is left to Spark. Every
+        :data:`COMPACT_EVERY` such appends the table's small files are bin-packed, as Delta's auto
+        compaction does after Spark's appends."""
+        import pyarrow as pa
+
+        from walspark.spark.lake import driver_append
+
+        schema = _arrow_schema()
+        table = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+        try:
+            driver_append.append(self.path, table)
+        except driver_append.DriverAppendUnsupported:
+            return False
+        with self._creating:
+            count = self._appends[self.path] = self._appends.get(self.path, 0) + 1
+        if count % COMPACT_EVERY == 0:
+            driver_append.compact(self.path)
+        return True
 
     def compact(self) -> int:
         """Keep one row per ``(app_id, schema, table)``: its last batch (and its highest commit LSN).

@@ -28,8 +28,8 @@ from walspark.spark.lake.evolution import (
     TargetTable,
     follow_catalog,
 )
-from walspark.spark.lake.facts import BatchFacts, tables_facts
-from walspark.spark.lake.frames import table_changes
+from walspark.spark.lake.facts import BatchFacts, arrow_tables_facts, tables_facts
+from walspark.spark.lake.frames import arrow_table_changes, table_changes
 from walspark.spark.lake.tables import table_path
 
 log = logging.getLogger(__name__)
@@ -175,14 +175,19 @@ class ApplyChanges:
     def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
         """Apply a per-table change batch (a ``foreachBatch`` function)."""
 
+        if self._fold_seconds is not None:  # change-log mode: the batch is read once, as Arrow
+            return self._with_sync(batch_df, batch_id)
         batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
         try:
-            if self._sync is not None:
-                with self._sync.batch(batch_id):
-                    return self._apply_tables(batch_df, batch_id)
-            return self._apply_tables(batch_df, batch_id)
+            return self._with_sync(batch_df, batch_id)
         finally:
             batch_df.unpersist()
+
+    def _with_sync(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+        if self._sync is not None:
+            with self._sync.batch(batch_id):
+                return self._apply_tables(batch_df, batch_id)
+        return self._apply_tables(batch_df, batch_id)
 
     def flush(self) -> None:
         """Wait until the last batch's progress rows are written; raise what made them fail.
@@ -245,7 +250,11 @@ class ApplyChanges:
         folder = self.folder(spark)
         if folder is not None:
             folder.raise_failure()  # a background fold failed: stop with its reason
-        facts = tables_facts(batch_df, lambda schema, table: self.options_for(schema, table).keys)
+        keys = lambda schema, table: self.options_for(schema, table).keys  # noqa: E731
+        # Change-log mode reads the batch once, as Arrow on the driver: its facts and its appends
+        # need no further Spark job (see .driver_append); the direct mode reads it in Spark.
+        arrow = batch_df.toArrow() if folder is not None else None
+        facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
         per_table = "_old" in batch_df.columns
 
@@ -259,6 +268,7 @@ class ApplyChanges:
                 part = batch_df
             options = self.options_for(schema, name)
             table_facts = facts[table]
+            given = part
             if self._sync is not None:  # a table being copied: its changes wait in its pending log
                 routed = self._sync.route(table, part, table_facts, batch_id, session)
                 if routed is None:
@@ -268,9 +278,11 @@ class ApplyChanges:
             if folder is not None:
                 from walspark.spark.lake.changelog import append_batch
 
+                # the Arrow rows stand for the part only if the table sync kept all of them
+                rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
                 return append_batch(session, part, batch_id, table_facts, target=self.target, app_id=self._app_id,
                                     state=self._state, known=self._known,
-                                    before_reshape=lambda: folder.drain([table]))  # fmt: skip
+                                    before_reshape=lambda: folder.drain([table]), arrow=rows)  # fmt: skip
             return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
                                 app_id=self._app_id, known=self._known, state=self._state)  # fmt: skip
 
