@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from soak import Lake, Writer, create_tables, log  # bench/soak.py, beside this script
+from soak import Batches, Lake, Writer, create_tables, log  # bench/soak.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
 GOALS = {("change-log", "change log"): 1.5, ("change-log", "mirror"): 5.0}
@@ -55,14 +55,13 @@ def fresh_read_age(spark, target: str, table: str) -> float | None:  # type: ign
     return None if newest is None else time.time() - newest.timestamp()
 
 
-def measure(args: argparse.Namespace, spark, mode: str) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
+def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
     """One mode's samples per reader ("change log", "mirror", "fresh read")."""
     from walspark import Pipeline
     from walspark.embedded.postgres import EmbeddedPostgres
 
-    ages: dict[str, list[float]] = {"mirror": []}
-    if mode == "change-log":
-        ages = {"change log": [], "mirror": [], "fresh read": []}
+    wanted = ["mirror"] if mode == "merge" else ["change log", "mirror", "fresh read"]
+    ages: dict[str, list[float]] = {r: [] for r in wanted if r in args.readers.split(",")}
     with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory(prefix="walspark-bench-freshness-") as tmp:
         dsn = pg.dsn()
         create_tables(dsn, args.tables, args.rows)
@@ -76,6 +75,7 @@ def measure(args: argparse.Namespace, spark, mode: str) -> dict[str, list[float]
         readers = {"mirror": Lake(target, args.tables), "change log": Lake(target / "_changes", args.tables)}
         writer = Writer(dsn, args.tables, args.rows, args.rate, args.per_txn, 0.05, args.seconds)
         writer.thread.start()
+        began = time.monotonic()
         log(f"{mode}: offering {args.rate:g} changes/s for {args.seconds:g} s, sampling every {args.sample:g} s")
         stop = threading.Event()
 
@@ -120,6 +120,7 @@ def measure(args: argparse.Namespace, spark, mode: str) -> dict[str, list[float]
                 reader.join()
             handle.stop(timeout=300)
     ages["offered (changes/s)"] = [writer.changes / args.seconds]
+    ages["batches"] = batches.sink_share(began + args.warm, time.monotonic())  # type: ignore[assignment]
     return ages
 
 
@@ -133,23 +134,36 @@ def main() -> None:
     parser.add_argument("--warm", type=float, default=20.0, help="seconds of samples left out at the start (20)")
     parser.add_argument("--fold-seconds", type=float, default=0.0, help="change-log mode: seconds between folds (0)")
     parser.add_argument("--modes", default="merge,change-log", help="modes to run, in order (merge,change-log)")
+    parser.add_argument("--readers", default="change log,mirror,fresh read",
+                        help="what to sample (default all: 'change log,mirror,fresh read'); without the fresh "
+                             "read, its Spark queries do not compete with the pipeline for the cores")  # fmt: skip
     add_stream_options(parser, sample=0.5, what="freshness")
     args = parser.parse_args()
 
     from walspark.spark.session import spark_session
 
     spark = spark_session("walspark-bench-freshness", master=args.master)
-    results = {mode: measure(args, spark, mode) for mode in args.modes.split(",")}
+    batches = Batches()
+    batches.listen(spark)
+    results = {mode: measure(args, spark, mode, batches) for mode in args.modes.split(",")}
     spark.stop()
     print(f"\nfreshness at {args.rate:g} changes/s offered over {args.tables} tables, trigger {args.trigger:g} s, "
           f"sample {args.sample:g} s ({args.seconds:g} s of writes per mode, the first {args.warm:g} s left out)\n")
     print("| mode | visible in | offered (chg/s) | samples | p50 (s) | p95 (s) | max (s) |")
     print("|---|---|---:|---:|---:|---:|---:|")
+    timings = {mode: ages.pop("batches") for mode, ages in results.items()}
     for mode, ages in results.items():
         offered = ages.pop("offered (changes/s)")[0]
         for reader, values in ages.items():
             print(f"| {mode} | {reader} | {offered:,.0f} | {len(values)} | {pct(values, 50):.2f} | {pct(values, 95):.2f} "
                   f"| {max(values, default=float('nan')):.2f} |")
+    print("\n| mode | micro-batches | batch p50 (s) | batch p95 (s) | in the sink p50 (s) | in the sink p95 (s) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for mode, pairs in timings.items():
+        whole, sink = [d for d, _ in pairs], [a for _, a in pairs]
+        print(f"| {mode} | {len(pairs)} | {pct(whole, 50):.2f} | {pct(whole, 95):.2f} | {pct(sink, 50):.2f} "
+              f"| {pct(sink, 95):.2f} |")
+    print()
     for (mode, reader), goal in GOALS.items():
         if mode in results and reader in results[mode]:
             p95 = pct(results[mode][reader], 95)

@@ -130,7 +130,8 @@ class Writer:
 class Batches:
     """Every micro-batch Spark reports (a streaming listener): arrival time, duration, change rows."""
 
-    events: list[tuple[float, float, int]] = field(default_factory=list)
+    #: (arrival, batch seconds, change rows, seconds in the sink's addBatch)
+    events: list[tuple[float, float, int, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def listen(self, spark: SparkSession) -> None:
@@ -145,7 +146,8 @@ class Batches:
             def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
                 p = event.progress
                 with batches.lock:
-                    batches.events.append((time.monotonic(), p.batchDuration / 1000.0, p.numInputRows))
+                    add = (p.durationMs or {}).get("addBatch", 0) / 1000.0
+                    batches.events.append((time.monotonic(), p.batchDuration / 1000.0, p.numInputRows, add))
 
             def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
                 pass
@@ -158,7 +160,12 @@ class Batches:
     def between(self, start: float, end: float) -> list[tuple[float, int]]:
         """(duration, rows) of the batches with changes that ended in [start, end)."""
         with self.lock:
-            return [(d, n) for t, d, n in self.events if start <= t < end and n > 0]
+            return [(d, n) for t, d, n, _ in self.events if start <= t < end and n > 0]
+
+    def sink_share(self, start: float, end: float) -> list[tuple[float, float]]:
+        """(batch seconds, seconds in the sink) of the batches with changes that ended in [start, end)."""
+        with self.lock:
+            return [(d, a) for t, d, n, a in self.events if start <= t < end and n > 0]
 
 
 class Lake:
