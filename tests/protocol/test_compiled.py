@@ -9,6 +9,7 @@ TupleData parts, gathered into the same kinds and values (``differential.py``).
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -134,3 +135,22 @@ def test_gather_refuses_what_it_was_not_given() -> None:
     assert speedups.gather_columns([[message, 6]], 2) is None
     assert speedups.gather_columns([(message, 6)], -1) is None
     assert speedups.gather_columns([], 3) == [(speedups.HAS_NULL * 0, 0, b"", b"", b"", b"\0\0\0\0", b"")] * 3
+
+
+def test_fixed_width_refuses_what_does_not_fit() -> None:
+    """Buffers shorter than the rows need, offsets outside the data, values of another size: None, never a read past the end."""
+    four = (7).to_bytes(4, "big")
+    offsets = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (0, 4, 8))
+    assert speedups.fixed_width(None, offsets, four * 2, 2, 4, False) == (7).to_bytes(4, sys.byteorder) * 2
+    assert speedups.fixed_width(b"\x02", offsets, four * 2, 2, 4, False) == bytes(4) + (7).to_bytes(4, sys.byteorder)
+    assert speedups.fixed_width(None, offsets, four, 2, 4, False) is None  # the second value is past the data
+    assert speedups.fixed_width(None, offsets[:8], four * 2, 2, 4, False) is None  # offsets for one row only
+    assert speedups.fixed_width(b"", offsets, four * 2, 2, 4, False) is None  # no validity byte
+    assert speedups.fixed_width(None, offsets, four * 2, 2, 8, False) is None  # values of another size
+    assert speedups.fixed_width(None, offsets, four * 2, 2, 3, False) is None  # no such width
+    assert speedups.fixed_width(None, offsets, four * 2, -1, 4, False) is None
+    backwards = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (-4, 0))
+    assert speedups.fixed_width(None, backwards, four, 1, 4, False) is None
+    huge = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (2**31 - 4, 2**31 - 1))
+    assert speedups.fixed_width(None, huge, four, 1, 4, False) is None
+    assert speedups.fixed_width(None, offsets[:8], bytes.fromhex("7f800001"), 1, 4, True) is None  # signalling NaN

@@ -20,10 +20,11 @@ Every read is bounds-checked (a hostile length or count returns None, never read
 buffer), and every loop is bounded by the bytes it consumes.
 """
 
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 cdef enum:
@@ -757,3 +758,84 @@ def add_row_changes(dict batches not None, object messages, bint numbered, int p
         added += 1
         seq += 1
     return added, seq, None
+
+
+# --------------------------------------------------------------------------- fixed-width binary values
+
+cdef inline bint _little_endian() noexcept nogil:
+    cdef uint32_t one = 1
+    return (<uint8_t*>&one)[0] == 1
+
+
+def fixed_width(object validity, object offsets not None, object data not None, Py_ssize_t n, Py_ssize_t size,
+                bint floating):
+    """An Arrow binary array of big-endian fixed-size values (int2/4/8, float4/8, and the
+    counts of date and timestamp) as the data buffer of a fixed-width Arrow array: each value
+    byte-swapped into place (zeros where the row is NULL), with no Python object per value.
+
+    ``validity`` (None: no NULL), ``offsets`` and ``data`` are the binary array's buffers (any
+    object with the buffer protocol), from its first row. None — and the caller's per-value
+    path decides — when a present value is not ``size`` bytes, an offset points outside
+    ``data``, a buffer is shorter than ``n`` rows need, or (``floating``) a value is a
+    signalling NaN, which a trip through Python's float may quieten.
+    """
+    cdef Py_buffer valid_view, offsets_view, data_view
+    cdef bint has_validity = validity is not None
+    if size not in (1, 2, 4, 8) or n < 0:
+        return None
+    PyObject_GetBuffer(offsets, &offsets_view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(data, &data_view, PyBUF_SIMPLE)
+        try:
+            if not has_validity:
+                return _fixed_width(NULL, 0, <const uint8_t*>offsets_view.buf, offsets_view.len,
+                                    <const uint8_t*>data_view.buf, data_view.len, n, size, floating)
+            PyObject_GetBuffer(validity, &valid_view, PyBUF_SIMPLE)
+            try:
+                return _fixed_width(<const uint8_t*>valid_view.buf, valid_view.len, <const uint8_t*>offsets_view.buf,
+                                    offsets_view.len, <const uint8_t*>data_view.buf, data_view.len, n, size, floating)
+            finally:
+                PyBuffer_Release(&valid_view)
+        finally:
+            PyBuffer_Release(&data_view)
+    finally:
+        PyBuffer_Release(&offsets_view)
+
+
+cdef object _fixed_width(const uint8_t* valid, Py_ssize_t valid_len, const uint8_t* offsets, Py_ssize_t offsets_len,
+                         const uint8_t* data, Py_ssize_t have, Py_ssize_t n, Py_ssize_t size, bint floating):
+    """:func:`fixed_width` on raw buffers (``valid`` NULL: no NULL)."""
+    cdef bint little = _little_endian()
+    cdef Py_ssize_t i, b
+    cdef int32_t start, end
+    cdef const uint8_t* src
+    cdef uint8_t* dst
+    cdef uint64_t bits
+    if offsets_len < (n + 1) * 4 or (valid != NULL and valid_len < (n + 7) >> 3):
+        return None
+    out = PyBytes_FromStringAndSize(NULL, n * size)
+    dst = <uint8_t*>PyBytes_AS_STRING(out)
+    for i in range(n):
+        if valid != NULL and not (valid[i >> 3] >> (i & 7)) & 1:
+            memset(dst + i * size, 0, size)
+            continue
+        memcpy(&start, offsets + i * 4, 4)
+        memcpy(&end, offsets + (i + 1) * 4, 4)
+        if start < 0 or <int64_t>end - <int64_t>start != size or end > have:
+            return None
+        src = data + start
+        if floating:
+            bits = 0
+            for b in range(size):
+                bits = (bits << 8) | src[b]
+            if size == 4 and (bits & 0x7f800000) == 0x7f800000 and (bits & 0x7fffff) and not (bits & 0x400000):
+                return None
+            if (size == 8 and (bits & 0x7ff0000000000000) == 0x7ff0000000000000 and (bits & 0xfffffffffffff)
+                    and not (bits & 0x8000000000000)):
+                return None
+        if little:
+            for b in range(size):
+                dst[i * size + b] = src[size - 1 - b]
+        else:
+            memcpy(dst + i * size, src, size)
+    return out
