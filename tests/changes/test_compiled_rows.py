@@ -6,8 +6,8 @@ same record batches for any transaction — every TupleData kind, key and old pa
 Xids, text and binary values, NULLs and unchanged TOAST — and raise the same error (type and
 message; kind, offset and LSN for a ProtocolError) for values a type cannot take and messages
 the decoder refuses. Checked on drawn transactions, on drawn sessions of many transactions on
-one builder, on drawn columns of fixed-width binary values (byte-swapped in C), and on a real
-server's stream of a table with many types.
+one builder, and on a real server's stream of a table with many types (the values' own compiled
+conversions: ``tests/values/test_compiled_values.py``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from walspark.protocol import (
     encode_message,
 )
 from walspark.values import TypeRegistry, oids
-from walspark.values.registry import DEFAULT_OPTIONS
 
 from test_rows_server import assemble  # tests/changes is on sys.path (no package)
 
@@ -165,34 +164,6 @@ def assert_same(pure: object, fast: object) -> None:
                     f1, f2 = c1.field(sub), c2.field(sub)
                     assert same(f1, f2), f"{name}.{c1.type.field(sub).name}: pure {f1} compiled {f2}"
             assert same(c1, c2), f"{name}: pure {c1} compiled {c2}"
-
-
-#: Fixed-width binary types (their size), which the compiled path byte-swaps into Arrow buffers.
-FIXED_WIDTH = {oids.INT2: 2, oids.INT4: 4, oids.INT8: 8, oids.FLOAT4: 4, oids.FLOAT8: 8, oids.DATE: 4,
-               oids.TIMESTAMP: 8, oids.TIMESTAMPTZ: 8, oids.OID: 4}
-#: Bit patterns the byte swap must treat as the reference does: NaNs (quiet and signalling, of
-#: float4 and float8), the infinities of date and timestamp, the extremes.
-SPECIAL_BITS = [bytes.fromhex(h) for h in (
-    "7fc00000", "7f800001", "ff800001", "7fbfffff", "7ff8000000000000", "7ff0000000000001", "fff0000000000001",
-    "7fffffff", "80000000", "7fffffffffffffff", "8000000000000000", "0000", "8000")]
-
-
-@given(st.sampled_from(sorted(FIXED_WIDTH)).flatmap(lambda oid: st.tuples(st.just(oid), st.lists(
-    st.none() | st.binary(min_size=FIXED_WIDTH[oid], max_size=FIXED_WIDTH[oid])
-    | st.sampled_from([b for b in SPECIAL_BITS if len(b) == FIXED_WIDTH[oid]]) | st.binary(max_size=9),
-    max_size=12))))
-@settings(max_examples=400, deadline=None)
-def test_fixed_width_binary_values_convert_like_the_reference(drawn) -> None:  # type: ignore[no-untyped-def]
-    """A column of binary values as an Arrow binary array (byte-swapped in C) converts to what the
-    same values as a list of bytes (the struct reference) convert to, or fails the same way."""
-    oid, values = drawn
-    codec = TypeRegistry().resolve(oid, -1, DEFAULT_OPTIONS, binary=True)
-    pure = outcome(lambda: [(None, codec.arrow_from_binary(values))])
-    fast = outcome(lambda: [(None, codec.arrow_from_binary(pa.array(values, pa.binary())))])
-    if isinstance(pure, tuple) or isinstance(fast, tuple):
-        assert pure == fast
-    else:
-        assert same(pure[0][1], fast[0][1]), (pure, fast)
 
 
 @given(transactions())

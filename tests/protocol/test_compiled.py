@@ -154,3 +154,19 @@ def test_fixed_width_refuses_what_does_not_fit() -> None:
     huge = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (2**31 - 4, 2**31 - 1))
     assert speedups.fixed_width(None, huge, four, 1, 4, False) is None
     assert speedups.fixed_width(None, offsets[:8], bytes.fromhex("7f800001"), 1, 4, True) is None  # signalling NaN
+
+
+def test_numeric_decimal128_refuses_what_does_not_fit() -> None:
+    """The same bounds for numeric: short buffers, offsets outside the data, a value shorter than its header says."""
+    one = (1).to_bytes(2, "big") + bytes(6) + (7).to_bytes(2, "big")  # 7, one base-10000 digit
+    offsets = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (0, 10))
+    assert speedups.numeric_decimal128(None, offsets, one, 1, 10, 0) == (7).to_bytes(16, sys.byteorder)
+    assert speedups.numeric_decimal128(b"\x00", offsets, one, 1, 10, 0) == bytes(16)  # NULL
+    assert speedups.numeric_decimal128(None, offsets, one[:9], 1, 10, 0) is None  # past the data
+    assert speedups.numeric_decimal128(None, offsets[:4], one, 1, 10, 0) is None  # no end offset
+    assert speedups.numeric_decimal128(b"", offsets, one, 1, 10, 0) is None  # no validity byte
+    short = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (0, 8))
+    assert speedups.numeric_decimal128(None, short, one, 1, 10, 0) is None  # one digit said, none there
+    assert speedups.numeric_decimal128(None, offsets, one, 1, 39, 0) is None  # no decimal128(39, 0)
+    assert speedups.numeric_decimal128(None, offsets, one, 1, 10, 11) is None  # scale past precision
+    assert speedups.numeric_decimal128(None, offsets, one, 1, 0, 0) is None  # 7 has more digits than 0

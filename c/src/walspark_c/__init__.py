@@ -14,12 +14,13 @@ from ._rows import (
     add_row_changes,
     fixed_width,
     gather_columns,
+    numeric_decimal128,
     scan_row_change,
     split_copy_rows,
 )
 
 __all__ = ["API", "HAS_BINARY", "HAS_NULL", "HAS_TEXT", "HAS_UNCHANGED", "RowBatch", "add_row_changes",
-           "fixed_width", "gather_columns", "scan_row_change", "split_copy_rows"]
+           "fixed_width", "gather_columns", "numeric_decimal128", "scan_row_change", "split_copy_rows"]
 __version__ = "0.2.0"
 
 #: The interface walspark expects (walspark.compiled checks it): a walspark_c built from older

@@ -1,7 +1,7 @@
 # cython: language_level=3
-"""Row changes (Insert / Update / Delete) of pgoutput, scanned in C, their values gathered into Arrow buffers.
+"""Row changes (Insert / Update / Delete) of pgoutput, scanned in C, kept as C structs, their values gathered into Arrow buffers.
 
-Three functions, each the compiled twin of a pure-Python step of walspark:
+Each function is the compiled twin of a pure-Python step of walspark:
 
 * :func:`scan_row_change` reads the head of a row change and checks its TupleData parts —
   what ``walspark.protocol.decoder``'s row-change decoders do — but does not slice out the
@@ -9,22 +9,30 @@ Three functions, each the compiled twin of a pure-Python step of walspark:
   decodes; on anything else it returns None and the caller hands the message to the pure
   decoder, which raises the precise ``ProtocolError``. Errors are therefore always the
   reference's.
+* :func:`add_row_changes` is the message loop of ``ChangeRowBuilder.add``: it scans each
+  message and keeps a valid row change of a known relation as one C struct in that relation
+  version's :class:`RowBatch` (no Python object per row); it stops at the first message it
+  cannot keep and hands it back to the caller, which handles it as the pure path does.
+* :class:`RowBatch` turns its rows into Arrow buffers: the envelope columns (``envelope``)
+  and each part's values (``gather``, as :func:`gather_columns` does).
 * :func:`gather_columns` walks the parts of many row changes once and writes, per column, the
   buffers of an Arrow ``binary`` array (validity bitmap, int32 offsets, data), the TupleData
   kind of each row, and a bitmap of the unchanged-TOAST rows. No Python object is made per
   value: pyarrow wraps the buffers as they are.
 * :func:`split_copy_rows` does the same for the rows of a binary COPY (the snapshot), whose
   fields have the layout of binary pgoutput values.
+* :func:`fixed_width` byte-swaps a binary array of fixed-size big-endian values (int2/4/8,
+  float4/8, date, timestamp) into the buffer of a fixed-width Arrow array.
 
-Every read is bounds-checked (a hostile length or count returns None, never reads past the
-buffer), and every loop is bounded by the bytes it consumes.
+Every read is bounds-checked (a hostile length, count or offset returns None, never reads past
+the buffer), and every loop is bounded by the bytes or items it consumes.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 cdef enum:
@@ -838,4 +846,127 @@ cdef object _fixed_width(const uint8_t* valid, Py_ssize_t valid_len, const uint8
                 dst[i * size + b] = src[size - 1 - b]
         else:
             memcpy(dst + i * size, src, size)
+    return out
+
+
+# --------------------------------------------------------------------------- numeric to decimal128
+
+cdef extern from *:
+    ctypedef unsigned long long _u128 "unsigned __int128"
+    ctypedef long long _i128 "__int128"
+
+cdef enum:
+    N_POS = 0x0000
+    N_NEG = 0x4000
+
+
+def numeric_decimal128(object validity, object offsets not None, object data not None, Py_ssize_t n,
+                       int precision, int scale):
+    """An Arrow binary array of numeric_send values as the data buffer of an Arrow
+    ``decimal128(precision, scale)`` array: each value's base-10000 digits summed into its
+    unscaled 128-bit integer in C, with no Decimal object per value (zeros where NULL).
+
+    The buffers are those of :func:`fixed_width`. None — and the caller's per-value path
+    decides, raising its precise error or applying the column's policy — for anything but a
+    plain finite value that fits exactly: NaN or ±Infinity, a header or digit numeric_send never
+    sends, a non-zero digit past the value's dscale or the column's scale, more than
+    ``precision`` digits, a buffer shorter than ``n`` rows need; and on a big-endian machine.
+    """
+    cdef Py_buffer valid_view, offsets_view, data_view
+    cdef bint has_validity = validity is not None
+    if not _little_endian() or n < 0 or not 0 <= scale <= precision <= 38:
+        return None
+    PyObject_GetBuffer(offsets, &offsets_view, PyBUF_SIMPLE)
+    try:
+        PyObject_GetBuffer(data, &data_view, PyBUF_SIMPLE)
+        try:
+            if not has_validity:
+                return _numeric_decimal128(NULL, 0, <const uint8_t*>offsets_view.buf, offsets_view.len,
+                                           <const uint8_t*>data_view.buf, data_view.len, n, precision, scale)
+            PyObject_GetBuffer(validity, &valid_view, PyBUF_SIMPLE)
+            try:
+                return _numeric_decimal128(<const uint8_t*>valid_view.buf, valid_view.len,
+                                           <const uint8_t*>offsets_view.buf, offsets_view.len,
+                                           <const uint8_t*>data_view.buf, data_view.len, n, precision, scale)
+            finally:
+                PyBuffer_Release(&valid_view)
+        finally:
+            PyBuffer_Release(&data_view)
+    finally:
+        PyBuffer_Release(&offsets_view)
+
+
+cdef inline int _i16(const uint8_t* p) noexcept nogil:
+    return <int>(<int16_t>((<uint16_t>p[0] << 8) | <uint16_t>p[1]))
+
+
+cdef object _numeric_decimal128(const uint8_t* valid, Py_ssize_t valid_len, const uint8_t* offsets,
+                                Py_ssize_t offsets_len, const uint8_t* data, Py_ssize_t have, Py_ssize_t n,
+                                int precision, int scale):
+    """:func:`numeric_decimal128` on raw buffers (``valid`` NULL: no NULL)."""
+    cdef _u128 pow10[39]
+    cdef _u128 limit, acc, term
+    cdef _i128 value
+    cdef Py_ssize_t i, j
+    cdef int32_t start, end
+    cdef const uint8_t* src
+    cdef int ndigits, weight, sign, dscale, digit, e, cut, k
+    cdef uint8_t* dst
+    pow10[0] = 1
+    for k in range(1, 39):
+        pow10[k] = pow10[k - 1] * 10
+    limit = pow10[precision]
+    if offsets_len < (n + 1) * 4 or (valid != NULL and valid_len < (n + 7) >> 3):
+        return None
+    out = PyBytes_FromStringAndSize(NULL, n * 16)
+    dst = <uint8_t*>PyBytes_AS_STRING(out)
+    for i in range(n):
+        if valid != NULL and not (valid[i >> 3] >> (i & 7)) & 1:
+            memset(dst + i * 16, 0, 16)
+            continue
+        memcpy(&start, offsets + i * 4, 4)
+        memcpy(&end, offsets + (i + 1) * 4, 4)
+        if start < 0 or end > have or <int64_t>end - <int64_t>start < 8:
+            return None
+        src = data + start
+        ndigits, weight, sign, dscale = _i16(src), _i16(src + 2), (src[4] << 8) | src[5], _i16(src + 6)
+        if (sign != N_POS and sign != N_NEG) or ndigits < 0 or dscale < 0:
+            return None  # NaN, ±Infinity, or a header the reference refuses
+        if <int64_t>end - <int64_t>start != 8 + 2 * <int64_t>ndigits:
+            return None
+        acc = 0
+        for j in range(ndigits):
+            digit = _i16(src + 8 + 2 * j)
+            if not 0 <= digit < 10000:
+                return None
+            if digit == 0:
+                continue
+            # Digit j counts 10000**(weight - j): 10**(4 * (weight - j)) of the value, 10**e of the
+            # unscaled integer. Below the value's dscale or the column's scale it must be zero.
+            e = 4 * (weight - j) + dscale
+            if e < 0:
+                cut = -e
+                if cut >= 4 or digit % <int>pow10[cut]:
+                    return None
+            e = 4 * (weight - j) + scale
+            if e < 0:
+                cut = -e
+                if cut >= 4 or digit % <int>pow10[cut]:
+                    return None
+                term = <_u128>(digit // <int>pow10[cut])
+            elif e > 38:
+                return None
+            else:
+                if <_u128>digit > limit // pow10[e]:
+                    return None
+                term = <_u128>digit * pow10[e]
+            acc += term
+            if acc >= limit:
+                return None
+        if acc == 0 and dscale == 0 and precision == scale:
+            return None  # the reference counts such a zero ("0") as one digit before the point
+        value = <_i128>acc
+        if sign == N_NEG:
+            value = -value
+        memcpy(dst + i * 16, &value, 16)
     return out
