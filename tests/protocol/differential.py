@@ -4,7 +4,8 @@ Shared by the differential tests (``test_compiled.py``) and the coverage-guided 
 (``fuzz_decoder.py``), so both hold the compiled path to one contract: ``scan_row_change``
 accepts exactly the row changes ``decode_message`` decodes, locates their TupleData parts
 where the reference reads them, ``gather_columns`` turns each part into the same kinds and
-values, and the message loop (``add_row_changes``) keeps exactly what the scan accepts. Whatever the bytes, neither function crashes or reads out of bounds.
+values, and the message loop (``add_row_changes``) keeps exactly what the scan accepts.
+Whatever the bytes, none of them crashes or reads out of bounds.
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def test_the_message_loop_hands_back_what_it_does_not_know() -> None:
     """Items of another shape, numbers past C's fields, other types: handed back as they are, never crashed on."""
     insert = encode_message(Insert(None, 1, TupleData("t", (b"x",))))
     odd = [None, [1, 2, False, insert], (1, 2, False), (1, 2, False, insert, 5), ("1", 2, False, insert),
-           (True, 2, False, insert), (2**31, 2, False, insert), (1, 2**63, False, insert), (1, -(2**63) - 1, False, insert),
+           (True, 2, False, insert), (2**31, 2, False, insert), (1, 2**63, False, insert),
+           (1, -(2**63) - 1, False, insert),
            (1, 2.0, False, insert), (1, 2, None, insert), (1, 2, 1, insert), (1, 2, False, bytearray(insert)),
            (1, 2, False, memoryview(insert)), (1, 2, False, "I"), (1, 2, True, insert)]
     for item in odd:
@@ -138,7 +139,8 @@ def test_gather_refuses_what_it_was_not_given() -> None:
 
 
 def test_fixed_width_refuses_what_does_not_fit() -> None:
-    """Buffers shorter than the rows need, offsets outside the data, values of another size: None, never a read past the end."""
+    """Buffers shorter than the rows need, offsets outside the data, values of another size: None, never a
+    read past the end."""
     four = (7).to_bytes(4, "big")
     offsets = b"".join(i.to_bytes(4, sys.byteorder, signed=True) for i in (0, 4, 8))
     assert speedups.fixed_width(None, offsets, four * 2, 2, 4, False) == (7).to_bytes(4, sys.byteorder) * 2

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""Row changes (Insert / Update / Delete) of pgoutput, scanned in C, kept as C structs, their values gathered into Arrow buffers.
+"""pgoutput row changes scanned in C and kept as C structs, their values gathered into Arrow buffers.
 
 Each function is the compiled twin of a pure-Python step of walspark:
 

@@ -287,7 +287,8 @@ class ChangeRowBuilder:
         if pending.__class__ is not _Pending:  # a compiled RowBatch: the C loop takes this relation's next rows
             self._batches[relation_id] = pending
             commit_time = facts.commit_timestamp + _PG_EPOCH_US
-            if pending.add(facts.commit_lsn, lsn, seq, facts.xid, commit_time, self._origin(facts.origin), op, new, old):
+            origin = self._origin(facts.origin)
+            if pending.add(facts.commit_lsn, lsn, seq, facts.xid, commit_time, origin, op, new, old):
                 self.rows += 1
                 return
             self._to_pure()  # a number the C row cannot hold
@@ -305,8 +306,8 @@ class ChangeRowBuilder:
 
     def build(self) -> list[tuple[RelationVersion, pa.RecordBatch]]:
         """The accumulated rows, one record batch per relation version; then start afresh."""
-        out = [(pending.version, self._batch(pending) if pending.__class__ is _Pending else self._compiled_batch(pending))
-               for pending in self._pending.values()]  # fmt: skip
+        out = [(p.version, self._batch(p) if p.__class__ is _Pending else self._compiled_batch(p))
+               for p in self._pending.values()]
         self._pending.clear()
         self._batches.clear()
         self._origins = {None: 0}
