@@ -277,7 +277,7 @@ def run_session(steps: list[tuple]) -> Callable[[ChangeRowBuilder], list]:
 
 
 @given(sessions())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_drawn_sessions_build_the_same_rows_or_the_same_error(drawn) -> None:  # type: ignore[no-untyped-def]
     """Many transactions on one builder: relations that change shape or come from outside, every
     message kind, numbers past C's fields, odd inputs — both paths give the same batches or error."""
