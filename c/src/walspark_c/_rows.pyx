@@ -775,6 +775,37 @@ cdef inline bint _little_endian() noexcept nogil:
     return (<uint8_t*>&one)[0] == 1
 
 
+cdef class _BinaryBuffers:
+    """The buffers of an Arrow binary array (validity, offsets, data: any objects with the buffer
+    protocol; validity may be None), held for as long as this object lives."""
+
+    cdef Py_buffer views[3]
+    cdef int held
+    cdef const uint8_t* valid      # NULL: no validity bitmap (no NULL)
+    cdef const uint8_t* offsets
+    cdef const uint8_t* data
+    cdef Py_ssize_t valid_len, offsets_len, data_len
+
+    def __cinit__(self, object validity, object offsets not None, object data not None):
+        self.held = 0
+        self.valid, self.valid_len = NULL, 0
+        PyObject_GetBuffer(offsets, &self.views[0], PyBUF_SIMPLE)
+        self.held = 1
+        PyObject_GetBuffer(data, &self.views[1], PyBUF_SIMPLE)
+        self.held = 2
+        self.offsets, self.offsets_len = <const uint8_t*>self.views[0].buf, self.views[0].len
+        self.data, self.data_len = <const uint8_t*>self.views[1].buf, self.views[1].len
+        if validity is not None:
+            PyObject_GetBuffer(validity, &self.views[2], PyBUF_SIMPLE)
+            self.held = 3
+            self.valid, self.valid_len = <const uint8_t*>self.views[2].buf, self.views[2].len
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(self.held):
+            PyBuffer_Release(&self.views[i])
+
+
 def fixed_width(object validity, object offsets not None, object data not None, Py_ssize_t n, Py_ssize_t size,
                 bint floating):
     """An Arrow binary array of big-endian fixed-size values (int2/4/8, float4/8, and the
@@ -787,32 +818,17 @@ def fixed_width(object validity, object offsets not None, object data not None, 
     ``data``, a buffer is shorter than ``n`` rows need, or (``floating``) a value is a
     signalling NaN, which a trip through Python's float may quieten.
     """
-    cdef Py_buffer valid_view, offsets_view, data_view
-    cdef bint has_validity = validity is not None
     if size not in (1, 2, 4, 8) or n < 0:
         return None
-    PyObject_GetBuffer(offsets, &offsets_view, PyBUF_SIMPLE)
-    try:
-        PyObject_GetBuffer(data, &data_view, PyBUF_SIMPLE)
-        try:
-            if not has_validity:
-                return _fixed_width(NULL, 0, <const uint8_t*>offsets_view.buf, offsets_view.len,
-                                    <const uint8_t*>data_view.buf, data_view.len, n, size, floating)
-            PyObject_GetBuffer(validity, &valid_view, PyBUF_SIMPLE)
-            try:
-                return _fixed_width(<const uint8_t*>valid_view.buf, valid_view.len, <const uint8_t*>offsets_view.buf,
-                                    offsets_view.len, <const uint8_t*>data_view.buf, data_view.len, n, size, floating)
-            finally:
-                PyBuffer_Release(&valid_view)
-        finally:
-            PyBuffer_Release(&data_view)
-    finally:
-        PyBuffer_Release(&offsets_view)
+    return _fixed_width(_BinaryBuffers(validity, offsets, data), n, size, floating)
 
 
-cdef object _fixed_width(const uint8_t* valid, Py_ssize_t valid_len, const uint8_t* offsets, Py_ssize_t offsets_len,
-                         const uint8_t* data, Py_ssize_t have, Py_ssize_t n, Py_ssize_t size, bint floating):
-    """:func:`fixed_width` on raw buffers (``valid`` NULL: no NULL)."""
+cdef object _fixed_width(_BinaryBuffers buffers, Py_ssize_t n, Py_ssize_t size, bint floating):
+    """:func:`fixed_width` on the buffers held."""
+    cdef const uint8_t* valid = buffers.valid
+    cdef const uint8_t* offsets = buffers.offsets
+    cdef const uint8_t* data = buffers.data
+    cdef Py_ssize_t valid_len = buffers.valid_len, offsets_len = buffers.offsets_len, have = buffers.data_len
     cdef bint little = _little_endian()
     cdef Py_ssize_t i, b
     cdef int32_t start, end
@@ -872,38 +888,21 @@ def numeric_decimal128(object validity, object offsets not None, object data not
     sends, a non-zero digit past the value's dscale or the column's scale, more than
     ``precision`` digits, a buffer shorter than ``n`` rows need; and on a big-endian machine.
     """
-    cdef Py_buffer valid_view, offsets_view, data_view
-    cdef bint has_validity = validity is not None
     if not _little_endian() or n < 0 or not 0 <= scale <= precision <= 38:
         return None
-    PyObject_GetBuffer(offsets, &offsets_view, PyBUF_SIMPLE)
-    try:
-        PyObject_GetBuffer(data, &data_view, PyBUF_SIMPLE)
-        try:
-            if not has_validity:
-                return _numeric_decimal128(NULL, 0, <const uint8_t*>offsets_view.buf, offsets_view.len,
-                                           <const uint8_t*>data_view.buf, data_view.len, n, precision, scale)
-            PyObject_GetBuffer(validity, &valid_view, PyBUF_SIMPLE)
-            try:
-                return _numeric_decimal128(<const uint8_t*>valid_view.buf, valid_view.len,
-                                           <const uint8_t*>offsets_view.buf, offsets_view.len,
-                                           <const uint8_t*>data_view.buf, data_view.len, n, precision, scale)
-            finally:
-                PyBuffer_Release(&valid_view)
-        finally:
-            PyBuffer_Release(&data_view)
-    finally:
-        PyBuffer_Release(&offsets_view)
+    return _numeric_decimal128(_BinaryBuffers(validity, offsets, data), n, precision, scale)
 
 
 cdef inline int _i16(const uint8_t* p) noexcept nogil:
     return <int>(<int16_t>((<uint16_t>p[0] << 8) | <uint16_t>p[1]))
 
 
-cdef object _numeric_decimal128(const uint8_t* valid, Py_ssize_t valid_len, const uint8_t* offsets,
-                                Py_ssize_t offsets_len, const uint8_t* data, Py_ssize_t have, Py_ssize_t n,
-                                int precision, int scale):
-    """:func:`numeric_decimal128` on raw buffers (``valid`` NULL: no NULL)."""
+cdef object _numeric_decimal128(_BinaryBuffers buffers, Py_ssize_t n, int precision, int scale):
+    """:func:`numeric_decimal128` on the buffers held."""
+    cdef const uint8_t* valid = buffers.valid
+    cdef const uint8_t* offsets = buffers.offsets
+    cdef const uint8_t* data = buffers.data
+    cdef Py_ssize_t valid_len = buffers.valid_len, offsets_len = buffers.offsets_len, have = buffers.data_len
     cdef _u128 pow10[39]
     cdef _u128 limit, acc, term
     cdef _i128 value
