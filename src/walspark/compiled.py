@@ -14,12 +14,15 @@ import logging
 import os
 from types import ModuleType
 
-__all__ = ["IMPLEMENTATION", "PURE_VARIABLE", "speedups"]
+__all__ = ["API", "IMPLEMENTATION", "PURE_VARIABLE", "speedups"]
 
 log = logging.getLogger(__name__)
 
 #: Set to 1 to run the pure-Python hot path even where ``walspark_c`` is installed.
 PURE_VARIABLE = "WALSPARK_PURE_PYTHON"
+
+#: The ``walspark_c`` interface this walspark calls (``walspark_c.API``).
+API = 2
 
 
 def _load() -> ModuleType | None:
@@ -31,6 +34,11 @@ def _load() -> ModuleType | None:
     except ImportError as exc:
         log.info("walspark_c is not installed (%s): the pure-Python hot path is in force "
                  "(./dev setup builds it; pip install ./c)", exc)  # fmt: skip
+        return None
+    if getattr(walspark_c, "API", 1) != API:  # built from other sources than this walspark's
+        log.warning("walspark_c %s is out of date (interface %s, walspark needs %s): the pure-Python hot path "
+                    "is in force (./dev setup rebuilds it; pip install ./c)", getattr(walspark_c, "__version__", "?"),
+                    getattr(walspark_c, "API", 1), API)  # fmt: skip
         return None
     return walspark_c
 

@@ -5,7 +5,24 @@ the pure-Python code it replaces, which stays the reference and the fallback. wa
 when it is installed (see :mod:`walspark.compiled`); ``WALSPARK_PURE_PYTHON=1`` turns it off.
 """
 
-from ._rows import HAS_BINARY, HAS_NULL, HAS_TEXT, HAS_UNCHANGED, gather_columns, scan_row_change, split_copy_rows
+from ._rows import (
+    HAS_BINARY,
+    HAS_NULL,
+    HAS_TEXT,
+    HAS_UNCHANGED,
+    RowBatch,
+    add_row_changes,
+    fixed_width,
+    gather_columns,
+    numeric_decimal128,
+    scan_row_change,
+    split_copy_rows,
+)
 
-__all__ = ["HAS_BINARY", "HAS_NULL", "HAS_TEXT", "HAS_UNCHANGED", "gather_columns", "scan_row_change", "split_copy_rows"]
-__version__ = "0.1.0"
+__all__ = ["API", "HAS_BINARY", "HAS_NULL", "HAS_TEXT", "HAS_UNCHANGED", "RowBatch", "add_row_changes",
+           "fixed_width", "gather_columns", "numeric_decimal128", "scan_row_change", "split_copy_rows"]
+__version__ = "0.2.0"
+
+#: The interface walspark expects (walspark.compiled checks it): a walspark_c built from older
+#: sources is not used, rather than failing half-way.
+API = 2

@@ -60,6 +60,9 @@ class RelationCache:
     def __init__(self) -> None:
         self._current: dict[int, RelationVersion] = {}
         self.types: dict[int, Type] = {}
+        #: Changes whenever the version in force of some relation does: a consumer that caches
+        #: lookups (the compiled change-row builder) knows when to drop them.
+        self.generation = 0
 
     def apply(self, relation: Relation) -> RelationVersion:
         """Take a Relation message; returns the version now in force for that relation."""
@@ -68,6 +71,7 @@ class RelationCache:
             return current
         version = RelationVersion(relation, 1 if current is None else current.version + 1)
         self._current[relation.relation_id] = version
+        self.generation += 1
         return version
 
     def seed(self, relation: Relation, version: int) -> RelationVersion:
@@ -79,6 +83,7 @@ class RelationCache:
         """
         seeded = RelationVersion(relation, version)
         self._current[relation.relation_id] = seeded
+        self.generation += 1
         return seeded
 
     def apply_type(self, message: Type) -> None:

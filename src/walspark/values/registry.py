@@ -21,7 +21,7 @@ from . import bits, geometry, network, numeric, oids, scalars, textsearch
 from . import datetimes as dt
 from .codecs import (
     INTERVAL_ARROW_TYPE, ArrayCodec, BinaryCodec, BoolCodec, Codec, CompositeCodec,
-    MultirangeCodec, NumberCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, shifted_column,
+    MultirangeCodec, NumberCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, decimal_column, shifted_column,
 )
 from .datetimes import InfinityPolicy
 from .errors import ValueConversionError
@@ -124,7 +124,8 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         # exact and refuses NaN, Infinity and anything that would need rounding.
         vector = (lambda a: a) if pa.types.is_string(at) else (lambda a: pc.cast(a, at))
         return ScalarCodec(oid, "numeric", at, numeric.decode_numeric_text, numeric.decode_numeric_binary,
-                           to_storage=lambda d: numeric.numeric_to_storage(d, at, pol), vector_text=vector)
+                           to_storage=lambda d: numeric.numeric_to_storage(d, at, pol), vector_text=vector,
+                           vector_binary=None if pa.types.is_string(at) else lambda v: decimal_column(v, at))
 
     add(o.NUMERIC, "numeric", numeric_factory)
 
