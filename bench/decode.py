@@ -108,8 +108,8 @@ def best_of(repeat: int, run: Callable[[], None]) -> tuple[float, float]:
     return min(times)
 
 
-def peek_all(pg: EmbeddedPostgres, options: dict[str, str]) -> tuple[list[bytes], float]:
-    """All pending messages of the slot through the SQL interface, and how long that took.
+def peek_all(pg: EmbeddedPostgres, options: dict[str, str], slot: str = SLOT) -> tuple[list[bytes], float]:
+    """All pending messages of ``slot`` through the SQL interface, and how long that took.
 
     Binary result format, so each ``bytea`` arrives as ``bytes`` without hex decoding.
     """
@@ -119,7 +119,7 @@ def peek_all(pg: EmbeddedPostgres, options: dict[str, str]) -> tuple[list[bytes]
         start = time.perf_counter()
         cursor.execute(
             "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, VARIADIC %s::text[])",
-            (SLOT, flat),
+            (slot, flat),
         )
         rows = cursor.fetchall()
         seconds = time.perf_counter() - start

@@ -72,17 +72,20 @@ def pipeline(spark: SparkSession, dsn: str, publication: str, slot: str, target:
     return Pipeline(spark, dsn=dsn, publication=publication, slot=slot, target=target).on_progress(log)
 
 
-def warm_up(spark: SparkSession, dsn: str, tmp: str) -> None:
-    """A tiny pipeline through every stage, so no timed figure pays Spark's or Delta's first use."""
+def warm_up(spark: SparkSession, dsn: str, tmp: str, name: str = "warm") -> None:
+    """A tiny pipeline through every stage, so no timed figure pays Spark's or Delta's first use.
+
+    ``name`` names its table, publication, slot and target: a child process on the same server
+    warms up its own Spark with a name of its own."""
     from walspark.source.slots import create_slot
 
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE warm (id int PRIMARY KEY, v text)")
-        conn.execute("CREATE PUBLICATION warm_pub FOR TABLE warm")
-        create_slot(conn, "warm_slot")
-        conn.execute("INSERT INTO warm SELECT g, 'v' || g FROM generate_series(1, 5000) g")
-        conn.execute("UPDATE warm SET v = 'w' WHERE id % 3 = 0")
-    pipeline(spark, dsn, "warm_pub", "warm_slot", f"{tmp}/warm").run_once()
+        conn.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text)")
+        conn.execute(f"CREATE PUBLICATION {name}_pub FOR TABLE {name}")
+        create_slot(conn, f"{name}_slot")
+        conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 5000) g")
+        conn.execute(f"UPDATE {name} SET v = 'w' WHERE id % 3 = 0")
+    pipeline(spark, dsn, f"{name}_pub", f"{name}_slot", f"{tmp}/{name}").run_once()
 
 
 @dataclass
@@ -98,35 +101,97 @@ class Row:
         return self.changes / self.seconds if self.seconds else float("nan")
 
 
-def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: int, txns: int) -> list[Row]:
-    """The bulk load: walspark run --once vs pg_recvlogical over the same 1M-row backlog."""
+#: The bulk messages as ``./dev bench decode`` reads them (protocol 1, text), for the decoding figure.
+PEEK_OPTIONS = {"proto_version": "1", "publication_names": "bulk_pub"}
+
+
+def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: int, txns: int,
+         pure: bool) -> tuple[list[Row], list[str]]:  # fmt: skip
+    """The bulk load: walspark run --once on each hot path vs the server's delivery of the same backlog.
+
+    Four slots made before the load see the same changes: one for the SQL peek (which is also
+    decoded here, in this process, on both paths, to weigh decoding against the whole run),
+    one for ``pg_recvlogical`` and one per walspark run — the compiled path in this process,
+    the pure-Python path in a child (``bench/paths.py``). Returns the table's rows and the lines
+    on decoding."""
+    from decode import best_of, peek_all, run_rows  # bench/decode.py, beside this script
+    from paths import run_pure
+
+    from walspark.compiled import speedups
     from walspark.source.slots import create_slot
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE bulk (id bigint PRIMARY KEY, qty int, label text, at timestamptz,"
                      " amount numeric(12, 2))")  # fmt: skip
         conn.execute("CREATE PUBLICATION bulk_pub FOR TABLE bulk")
-        create_slot(conn, "bulk_slot")
-        create_slot(conn, "bulk_recv")
+        for slot in ("bulk_slot", "bulk_recv", "bulk_peek", "bulk_pure"):
+            create_slot(conn, slot)
+    # Each walspark target first takes the empty table in (its copy, then in sync), so the timed
+    # runs stream the backlog: a table new to a target would be copied instead, not decoded.
+    walspark_slots = {"bulk_slot": f"{tmp}/bulk", "bulk_pure": f"{tmp}/bulk_pure"}
+    for slot, target in walspark_slots.items():
+        if slot == "bulk_slot" and speedups is None or slot == "bulk_pure" and not pure:
+            continue
+        log(f"bulk: {slot} takes the empty table in")
+        pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
+    with psycopg.connect(dsn, autocommit=True) as conn:
         per = -(-rows // txns)
         log(f"bulk: inserting {rows:,} rows in {txns} transactions (pipeline not running)")
         for first in range(0, rows, per):
             conn.execute("INSERT INTO bulk SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
-                         " (g %% 100000) / 100.0 FROM generate_series(%s, %s) g",
+                         " (g %% 100000) / 100.0 FROM generate_series(%s::bigint, %s::bigint) g",
                          (first + 1, min(rows, first + per)))  # fmt: skip
         endpos = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
     log("bulk: pg_recvlogical to /dev/null")
     server = recvlogical(pg, dsn, "bulk_recv", "bulk_pub", endpos)
-    log(f"bulk: pg_recvlogical {server:.1f} s; now walspark run --once")
-    target = f"{tmp}/bulk"
+    log(f"bulk: pg_recvlogical {server:.1f} s; the SQL peek")
+    messages, peek = peek_all(pg, PEEK_OPTIONS, "bulk_peek")
+    modules = {"compiled": speedups} if speedups is not None else {}
+    modules["pure Python"] = None
+    decoded = {name: best_of(1, lambda m=module: run_rows(messages, m, 1, False))[1]  # type: ignore[misc]
+               for name, module in modules.items()}  # fmt: skip
+    del messages
+    log(f"bulk: peek {peek:.1f} s; decoding (CPU) {', '.join(f'{k} {v:.2f} s' for k, v in decoded.items())};"
+        " now walspark run --once")
+    out = [Row("bulk", "server SQL peek → client", rows, peek, "protocol 1, as ./dev bench decode"),
+           Row("bulk", "pg_recvlogical → /dev/null", rows, server, "server's delivery, process start to exit")]
+    runs = {}
+    if speedups is not None:
+        runs["compiled"] = _run_once_timed(spark, dsn, "bulk_slot", walspark_slots["bulk_slot"])
+    if pure:
+        log("bulk: walspark run --once on the pure-Python path (a child process)")
+        runs["pure Python"] = run_pure(__file__, {"dsn": dsn, "slot": "bulk_pure", "publication": "bulk_pub",
+                                                  "target": walspark_slots["bulk_pure"], "tmp": tmp})["seconds"]  # fmt: skip
+    lines = []
+    for name, seconds in runs.items():
+        target = walspark_slots["bulk_slot" if name == "compiled" else "bulk_pure"]
+        landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
+        if landed != rows:
+            raise SystemExit(f"bulk ({name}): Delta holds {landed:,} rows, expected {rows:,}")
+        out.append(Row("bulk", f"walspark run --once → Delta, {name}", rows, seconds,
+                       f"{txns} transactions; {landed:,} rows checked"))  # fmt: skip
+        lines.append(f"bulk, {name}: decoding the same messages took {decoded[name]:.2f} s of CPU"
+                     f" (ChangeRowBuilder, one process) = {decoded[name] / seconds:.1%} of the run's wall time")
+    return out, lines
+
+
+def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str) -> float:
+    """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog."""
     started = time.perf_counter()
-    pipeline(spark, dsn, "bulk_pub", "bulk_slot", target).run_once()
-    seconds = time.perf_counter() - started
-    landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
-    if landed != rows:
-        raise SystemExit(f"bulk: Delta holds {landed:,} rows, expected {rows:,}")
-    return [Row("bulk", "pg_recvlogical → /dev/null", rows, server, "server's delivery, process start to exit"),
-            Row("bulk", "walspark run --once → Delta", rows, seconds, f"{txns} transactions; {landed:,} rows checked")]
+    pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
+    return time.perf_counter() - started
+
+
+def pure_child(task: dict) -> None:  # type: ignore[type-arg]
+    """The child of :func:`bulk`: its own Spark (pure-Python workers), warmed up, then the timed run."""
+    from paths import report
+
+    from walspark.spark.session import spark_session
+
+    spark = spark_session("walspark-bench-e2e-pure")
+    warm_up(spark, task["dsn"], task["tmp"], name="warm_pure")
+    report(task, {"seconds": _run_once_timed(spark, task["dsn"], task["slot"], task["target"])})
+    spark.stop()
 
 
 class Bench:
@@ -263,7 +328,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="pgbench: clients (default 2)")
     parser.add_argument("--only", choices=("bulk", "sustained", "pgbench"), default=None, help="run one scenario")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--no-pure", action="store_true", help="bulk: leave out the pure-Python path's run")
     args = parser.parse_args()
+    from paths import child_task
+
+    task = child_task()
+    if task is not None:
+        pure_child(task)
+        return
 
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.spark.session import spark_session
@@ -276,8 +348,10 @@ def main() -> None:
         warm_up(spark, dsn, tmp)
         results: list[Row] = []
         lag: dict[str, float] | None = None
+        decoding: list[str] = []
         if args.only in (None, "bulk"):
-            results += bulk(spark, pg, dsn, tmp, args.rows, args.txns)
+            rows, decoding = bulk(spark, pg, dsn, tmp, args.rows, args.txns, pure=not args.no_pure)
+            results += rows
         if args.only in (None, "sustained"):
             rows, lag = sustained(spark, pg, dsn, tmp, args.rate, args.seconds, args.trigger)
             results += rows
@@ -290,12 +364,16 @@ def main() -> None:
                        for mode in args.pgbench_modes.split(",")]  # fmt: skip
         spark.stop()
     print_table(results)
+    print()
     for scenario in ("bulk", "sustained"):
-        server = next((r for r in results if r.scenario == scenario and r.path.startswith("pg_recvlogical")), None)
-        ours = next((r for r in results if r.scenario == scenario and r.path.startswith("walspark")), None)
-        if server and ours:
-            print(f"\n{scenario}: walspark / pg_recvlogical = {ours.rate / server.rate:.3f}"
-                  f" ({ours.rate:,.0f} vs {server.rate:,.0f} changes/s)")  # fmt: skip
+        for reference in ("pg_recvlogical", "server SQL peek"):
+            server = next((r for r in results if r.scenario == scenario and r.path.startswith(reference)), None)
+            for ours in (r for r in results if r.scenario == scenario and r.path.startswith("walspark")):
+                if server:
+                    print(f"{scenario}: {ours.path} / {reference} ="
+                          f" {ours.rate / server.rate:.3f} ({ours.rate:,.0f} vs {server.rate:,.0f} changes/s)")
+    for line in decoding:
+        print(line)
     offered = next((r for r in results if r.path.startswith("workload")), None)
     ours = next((r for r in results if r.scenario == "sustained" and r.path.startswith("walspark")), None)
     if offered and ours:

@@ -9,20 +9,27 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
    slot creation with an exported snapshot, CTID-range tasks (binary COPY + decoding into Arrow),
    and the Delta table written — the whole thing, wall clock;
 3. **walspark read only**: the same tasks into Spark's ``noop`` sink (read + decode, no Delta),
-   to show what the copy itself costs apart from writing Parquet/Delta.
+   to show what the copy itself costs apart from writing Parquet/Delta;
+4. **pg_dump**: ``pg_dump --data-only`` of the table to /dev/null, the server's own tool;
+5. steps 2 and 3 again on the pure-Python path (``WALSPARK_PURE_PYTHON=1``), in a child process
+   with a Spark of its own (``bench/paths.py`` says why), on the same server and table.
 
 Spark's one-off start-up (JVM, Delta's first use) is paid by a warm-up snapshot of a tiny table
 (several tasks, so every Python worker is started) before the timed run, since a long-running
 pipeline pays it once. Prints a table with rows/s,
-task count and the ratio.
+task count and the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import tempfile
 import time
+from typing import Any
+
+from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
 def read_only(spark, dsn: str, partition_rows: int) -> float:  # noqa: ANN001
@@ -47,19 +54,54 @@ def read_only(spark, dsn: str, partition_rows: int) -> float:  # noqa: ANN001
     return seconds
 
 
+def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: int, master: str) -> dict[str, Any]:
+    """Steps 2 and 3 on this process's hot path: a Spark of its own, warmed up, then timed.
+
+    ``name`` names the slots and targets, so the compiled and the pure-Python runs share the server."""
+    from walspark.spark.session import spark_session
+    from walspark.spark.snapshot.initial import run_snapshot
+
+    spark = spark_session(f"walspark-bench-snapshot-{name}", master=master)
+    # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
+    run_snapshot(spark, dsn, "warmup", f"warmup_{name}", os.path.join(tmp, f"warm_{name}"), partition_pages=4)
+    started = time.monotonic()
+    result = run_snapshot(spark, dsn, "pub", f"bench_{name}", os.path.join(tmp, name), partition_rows=partition_rows)
+    snapshot = time.monotonic() - started
+    [table] = result.tables
+    assert table.rows == rows, (table.rows, rows)
+    read = read_only(spark, dsn, partition_rows)
+    cores = spark.sparkContext.defaultParallelism
+    spark.stop()
+    return {"snapshot": snapshot, "read": read, "tasks": table.tasks, "cores": cores}
+
+
+def pg_dump(pg: Any, dsn: str) -> float:  # noqa: ANN401
+    """``pg_dump --data-only`` of the table to /dev/null: seconds from process start to exit."""
+    started = time.monotonic()
+    subprocess.run([pg.bin("pg_dump"), "--data-only", "--table", "big", "--file", "/dev/null", "--dbname", dsn],
+                   check=True, timeout=1800)  # fmt: skip
+    return time.monotonic() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5_000_000, help="rows in the table (default 5,000,000)")
     parser.add_argument("--partition-rows", type=int, default=None, help="rows per snapshot task")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--no-pure", action="store_true", help="leave out the pure-Python path's runs")
     args = parser.parse_args()
+    task = child_task()
+    if task is not None:
+        report(task, walspark_figures(task["dsn"], task["tmp"], "pure", task["rows"], task["partition_rows"],
+                                      task["master"]))  # fmt: skip
+        return
 
     import psycopg
 
     from walspark.embedded.postgres import EmbeddedPostgres
-    from walspark.spark.session import spark_session
-    from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS, run_snapshot
+    from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS
 
+    partition_rows = args.partition_rows or DEFAULT_PARTITION_ROWS
     with EmbeddedPostgres(settings={"max_wal_size": "8GB", "shared_buffers": "512MB"}) as pg, \
             tempfile.TemporaryDirectory(prefix="walspark-bench-snapshot-") as tmp:
         dsn = pg.dsn()
@@ -68,7 +110,7 @@ def main() -> None:
             conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, qty int, label text, at timestamptz,"
                          " amount numeric(12, 2))")
             conn.execute("INSERT INTO big SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
-                         " (g %% 100000) / 100.0 FROM generate_series(1, %s) g", (args.rows,))
+                         " (g %% 100000) / 100.0 FROM generate_series(1, %s::bigint) g", (args.rows,))
             conn.execute("VACUUM ANALYZE big")
             conn.execute("CREATE TABLE warm (id int PRIMARY KEY)")
             conn.execute("INSERT INTO warm SELECT generate_series(1, 20000)")
@@ -76,39 +118,41 @@ def main() -> None:
             conn.execute("CREATE PUBLICATION warmup FOR TABLE warm")
             pages = conn.execute("SELECT pg_relation_size('big') / 8192").fetchone()[0]
 
-            # 1. single-stream COPY (table is now in the OS cache / shared buffers for both runs)
+            # 1. single-stream COPY (table is now in the OS cache / shared buffers for all runs)
             started = time.monotonic()
             nbytes = 0
             with conn.cursor() as cur, cur.copy("COPY big TO STDOUT (FORMAT binary)") as copy:
                 for chunk in copy:
                     nbytes += len(chunk)
             copy_seconds = time.monotonic() - started
-
-        spark = spark_session("walspark-bench-snapshot", master=args.master)
-        # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
-        run_snapshot(spark, dsn, "warmup", "warmup", os.path.join(tmp, "warm"), partition_pages=4)
-        started = time.monotonic()
-        result = run_snapshot(spark, dsn, "pub", "bench", os.path.join(tmp, "target"),
-                              partition_rows=args.partition_rows or DEFAULT_PARTITION_ROWS)
-        snap_seconds = time.monotonic() - started
-        [table] = result.tables
-        assert table.rows == args.rows, (table.rows, args.rows)
-        read_seconds = read_only(spark, dsn, args.partition_rows or DEFAULT_PARTITION_ROWS)
-        cores = spark.sparkContext.defaultParallelism
-        spark.stop()
+        dump_seconds = pg_dump(pg, dsn)
+        runs = {path_name(): walspark_figures(dsn, tmp, "here", args.rows, partition_rows, args.master)}
+        if not args.no_pure and path_name() != "pure Python":
+            print("the pure-Python path, in a child process ...", flush=True)
+            runs["pure Python"] = run_pure(__file__, {"dsn": dsn, "tmp": tmp, "rows": args.rows,
+                                                      "partition_rows": partition_rows, "master": args.master})
 
     copy_rate = args.rows / copy_seconds
-    snap_rate = args.rows / snap_seconds
+    dump_rate = args.rows / dump_seconds
+    cores = next(iter(runs.values()))["cores"]
     print()
     print(f"table: {args.rows:,} rows, {pages:,} pages; Spark {args.master} ({cores} cores), "
           f"host CPUs {os.cpu_count()}")
-    print(f"{'method':<48} {'tasks':>6} {'seconds':>9} {'rows/s':>12}")
-    print(f"{'single-stream COPY TO STDOUT (binary, read only)':<48} {1:>6} {copy_seconds:>9.2f} {copy_rate:>12,.0f}")
-    print(f"{'walspark parallel snapshot (decode + Delta)':<48} {table.tasks:>6} {snap_seconds:>9.2f} "
-          f"{snap_rate:>12,.0f}")
-    print(f"{'walspark parallel read only (decode, noop sink)':<48} {table.tasks:>6} {read_seconds:>9.2f} "
-          f"{args.rows / read_seconds:>12,.0f}")
-    print(f"ratio snapshot / COPY: {snap_rate / copy_rate:.2f}x   (COPY read {nbytes / 1e6:,.0f} MB)")
+    print("| method | path | tasks | seconds | rows/s | vs COPY | vs pg_dump |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+
+    def line(method: str, path: str, tasks: int, seconds: float) -> None:
+        rate = args.rows / seconds
+        print(f"| {method} | {path} | {tasks} | {seconds:.2f} | {rate:,.0f} | {rate / copy_rate:.2f}× |"
+              f" {rate / dump_rate:.2f}× |")
+
+    line("single-stream `COPY TO STDOUT` (binary, bytes read, no decoding)", "server", 1, copy_seconds)
+    line("`pg_dump --data-only` to /dev/null", "server", 1, dump_seconds)
+    for path, figures in runs.items():
+        line("walspark parallel snapshot (decode + Delta write, wall clock)", path, figures["tasks"],
+             figures["snapshot"])  # fmt: skip
+        line("walspark parallel read only (decode, `noop` sink)", path, figures["tasks"], figures["read"])
+    print(f"(COPY read {nbytes / 1e6:,.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -466,7 +466,13 @@ class Stager(TwoPhaseStaging):
         pause while nothing is left to take: a transaction larger than the budget must still be
         staged whole, or no batch could ever include it. The budget is therefore soft (it can be
         exceeded by the last batch taken plus one transaction).
+
+        Asked once per message read, so the budget is first compared without the lock: only
+        this thread adds staged bytes, and a stale figure from a concurrent commit (which only
+        lowers it) at worst pauses one message late or takes the lock once for nothing.
         """
+        if self._staged_bytes <= self.staging_max_bytes:
+            return False
         with self._cond:
             return (self._staged_bytes > self.staging_max_bytes and bool(self._entry_ends)
                     and self._entry_ends[-1] > self._offered)
