@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import importlib.util
 import logging
 import os
@@ -115,14 +116,31 @@ def _server_identity() -> _RunAs:
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
+        entry = _create_server_user()
+    return _RunAs(entry.pw_uid, entry.pw_gid, SERVER_USER)
+
+
+def _create_server_user() -> pwd.struct_passwd:
+    """Create the dedicated user, once, even when several processes start servers at once.
+
+    Parallel test workers on a fresh machine all find the user missing at the same moment, and
+    ``useradd`` runs side by side edit /etc/passwd and /etc/group together (a fresh machine's
+    first run once failed with initdb running as a user id that did not exist). An exclusive
+    lock makes it one creation; the others read its result.
+    """
+    with open(os.path.join(tempfile.gettempdir(), f"{SERVER_USER}.useradd.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(SERVER_USER)
+        except KeyError:
+            pass
         log.info("creating system user %s to run PostgreSQL (it refuses to run as root)", SERVER_USER)
         subprocess.run(
             ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
             check=True,
             capture_output=True,
         )
-        entry = pwd.getpwnam(SERVER_USER)
-    return _RunAs(entry.pw_uid, entry.pw_gid, SERVER_USER)
+        return pwd.getpwnam(SERVER_USER)
 
 
 def _runnable_bindir(bindir: Path, who: _RunAs) -> Path:
