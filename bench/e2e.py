@@ -126,12 +126,15 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
         conn.execute("CREATE PUBLICATION bulk_pub FOR TABLE bulk")
         for slot in ("bulk_slot", "bulk_recv", "bulk_peek", "bulk_pure"):
             create_slot(conn, slot)
+    # The walspark runs: path -> its slot, its target and the module ChangeRowBuilder runs with.
+    paths: dict[str, tuple[str, str, object]] = {}
+    if speedups is not None:
+        paths["compiled"] = ("bulk_slot", f"{tmp}/bulk", speedups)
+    if pure:
+        paths["pure Python"] = ("bulk_pure", f"{tmp}/bulk_pure", None)
     # Each walspark target first takes the empty table in (its copy, then in sync), so the timed
     # runs stream the backlog: a table new to a target would be copied instead, not decoded.
-    walspark_slots = {"bulk_slot": f"{tmp}/bulk", "bulk_pure": f"{tmp}/bulk_pure"}
-    for slot, target in walspark_slots.items():
-        if slot == "bulk_slot" and speedups is None or slot == "bulk_pure" and not pure:
-            continue
+    for slot, target, _ in paths.values():
         log(f"bulk: {slot} takes the empty table in")
         pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -146,25 +149,20 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     server = recvlogical(pg, dsn, "bulk_recv", "bulk_pub", endpos)
     log(f"bulk: pg_recvlogical {server:.1f} s; the SQL peek")
     messages, peek = peek_all(pg, PEEK_OPTIONS, "bulk_peek")
-    modules = {"compiled": speedups} if speedups is not None else {}
-    modules["pure Python"] = None
     decoded = {name: best_of(1, lambda m=module: run_rows(messages, m, 1, False))[1]  # type: ignore[misc]
-               for name, module in modules.items()}  # fmt: skip
+               for name, (_, _, module) in paths.items()}  # fmt: skip
     del messages
     log(f"bulk: peek {peek:.1f} s; decoding (CPU) {', '.join(f'{k} {v:.2f} s' for k, v in decoded.items())};"
         " now walspark run --once")
     out = [Row("bulk", "server SQL peek → client", rows, peek, "protocol 1, as ./dev bench decode"),
            Row("bulk", "pg_recvlogical → /dev/null", rows, server, "server's delivery, process start to exit")]
-    runs = {}
-    if speedups is not None:
-        runs["compiled"] = _run_once_timed(spark, dsn, "bulk_slot", walspark_slots["bulk_slot"])
-    if pure:
-        log("bulk: walspark run --once on the pure-Python path (a child process)")
-        runs["pure Python"] = run_pure(__file__, {"dsn": dsn, "slot": "bulk_pure", "publication": "bulk_pub",
-                                                  "target": walspark_slots["bulk_pure"], "tmp": tmp})["seconds"]  # fmt: skip
     lines = []
-    for name, seconds in runs.items():
-        target = walspark_slots["bulk_slot" if name == "compiled" else "bulk_pure"]
+    for name, (slot, target, module) in paths.items():
+        if module is not None:
+            seconds = _run_once_timed(spark, dsn, slot, target)
+        else:
+            log("bulk: walspark run --once on the pure-Python path (a child process)")
+            seconds = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp})["seconds"]
         landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
         if landed != rows:
             raise SystemExit(f"bulk ({name}): Delta holds {landed:,} rows, expected {rows:,}")
