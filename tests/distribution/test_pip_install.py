@@ -1,5 +1,9 @@
 """``pip install`` of walspark's wheel into a fresh venv in an empty folder, then ``walspark demo``.
 
+This is also the demo's end-to-end test (the README's first command, ``./dev demo``, is ``walspark
+demo`` in the checkout's venv): it must exit 0 with every table matching. One run of the demo serves
+both: a second, from the checkout, would cost the suite minutes of CPU and prove nothing more.
+
 See ``conftest.py`` for how it is installed: offline, from the checkout's files, jars from the
 user's local cache (never from the checkout).
 """

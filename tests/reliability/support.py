@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
 
-__all__ = ["PUBLICATION", "SLOT", "CrashWorkload", "Pipeline", "create_shop", "delta_batches", "mismatches",
+__all__ = ["PUBLICATION", "SLOT", "CrashWorkload", "Pipeline", "commit_notes", "create_shop", "delta_batches", "mismatches",
            "pipeline_state", "repeated_batches"]
 
 SLOT = "crash_slot"
@@ -94,18 +94,31 @@ def mismatches(conn: psycopg.Connection, spark: SparkSession, target: str) -> di
     return out
 
 
+def commit_notes(spark: SparkSession | None, path: str) -> list[dict[str, object]]:
+    """The JSON notes (``userMetadata``) of a Delta table's commits that carry a batch id.
+
+    A local table's notes are read from the JSON commit files of its log (no Spark job: a
+    ``DESCRIBE HISTORY`` computes the table's snapshot first, seconds on a busy host); other
+    locations (``s3a://``) through ``DESCRIBE HISTORY``. The log's JSON files are all there:
+    Delta removes them only after ``logRetentionDuration`` (30 days).
+    """
+    if "://" in path and not path.startswith("file:"):
+        assert spark is not None, f"{path}: a remote table's history is read with Spark"
+        rows = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("userMetadata").collect()
+        metas = [meta for (meta,) in rows if meta]
+    else:
+        log = Path(path.removeprefix("file:")) / "_delta_log"
+        commits = sorted(entry for entry in log.glob("*.json") if entry.stem.isdigit())  # not compacted ranges
+        metas = [json.loads(line)["commitInfo"].get("userMetadata") for entry in commits
+                 for line in entry.read_text().splitlines() if '"commitInfo"' in line]  # fmt: skip
+    notes = [json.loads(meta) for meta in metas if meta]
+    return [note for note in notes if "batch_id" in note]
+
+
 def delta_batches(spark: SparkSession, target: str) -> list[tuple[str, int, str]]:
     """(table, batch_id, commit_lsn) of every Delta commit that carries walspark's batch note."""
-    out = []
-    for table in TABLES:
-        history = spark.sql(f"DESCRIBE HISTORY delta.`{target}/shop/{table}`").select("userMetadata").collect()
-        for (meta,) in history:
-            if not meta:
-                continue
-            note = json.loads(meta)
-            if "batch_id" in note:
-                out.append((table, int(note["batch_id"]), str(note.get("commit_lsn"))))
-    return out
+    return [(table, int(note["batch_id"]), str(note.get("commit_lsn")))  # type: ignore[arg-type]
+            for table in TABLES for note in commit_notes(spark, f"{target}/shop/{table}")]
 
 
 def repeated_batches(batches: Sequence[tuple[str, int, str]]) -> list[tuple[str, int]]:

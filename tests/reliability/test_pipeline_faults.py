@@ -3,7 +3,7 @@
 The source tests prove the replication stream survives a terminated walsender and a restarted
 server; this one proves the pipeline built on it does — stager, Spark micro-batches, MERGE and
 slot confirm — without a restart of ``walspark run``. A live ``walspark run`` process streams
-the shop while its workload writes; the walsender is terminated twice, then the server is
+the shop while its workload writes; the walsender is terminated, then the server is
 restarted fast and then immediately (a crash: no shutdown checkpoint). After each fault the run
 must still be alive and commit new batches. Finally the writes stop, and the *same* process must
 catch up: every Delta table equals its source row by row (polled until it does, or a deadline),
@@ -71,9 +71,8 @@ def test_walsender_terminations_and_server_restarts_under_a_live_pipeline(spark,
         pipeline.start()
         wait_for(lambda: committed_batches(target) > 0, timeout=START_TIMEOUT, what="the first batch",
                  pipeline=pipeline)  # fmt: skip
-        for n in (1, 2):
-            _terminate_walsender(dsn, pipeline)
-            _still_streaming(target, pipeline, f"walsender terminated ({n})")
+        _terminate_walsender(dsn, pipeline)
+        _still_streaming(target, pipeline, "walsender terminated")
         for mode in ("fast", "immediate"):
             assert work is not None
             work.stop()  # its connection would die with the server

@@ -8,6 +8,9 @@ runs twice, in a database of its own with one slot:
 - **backlog**: the snapshot, then every step, then one run — what a pipeline that was down sees
   (DDL, identity changes and publication changes all waiting in one batch).
 
+A workload of one step runs once: its backlog would be its stepwise run again (the snapshot, the
+step, one run, the same expectations), minutes of the suite's CPU for nothing.
+
 Where the TAP checks the subscriber's rows, the oracle checks the same intent: every published
 table's Delta table equals what the publication publishes (its columns, its row filter, ONLY, the
 partition root). Tables whose publication does not publish every change (``publish = insert``) are
@@ -91,7 +94,7 @@ KNOWN_GAPS: dict[tuple[str, str], str] = {}
 def _params() -> list:
     out = []
     for workload in WORKLOADS:
-        for mode in ("stepwise", "backlog"):
+        for mode in ("stepwise", "backlog") if len(workload.steps) > 1 else ("stepwise",):
             gap = KNOWN_GAPS.get((workload.name, mode))
             marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
             out.append(pytest.param(workload, mode, marks=marks, id=f"{workload.name}-{mode}"))
