@@ -109,7 +109,7 @@ def commit_notes(spark: SparkSession | None, path: str) -> list[dict[str, object
     else:
         log = Path(path.removeprefix("file:")) / "_delta_log"
         commits = sorted(entry for entry in log.glob("*.json") if entry.stem.isdigit())  # not compacted ranges
-        metas = [json.loads(line)["commitInfo"].get("userMetadata") for entry in commits
+        metas = [json.loads(line).get("commitInfo", {}).get("userMetadata") for entry in commits
                  for line in entry.read_text().splitlines() if '"commitInfo"' in line]  # fmt: skip
     notes = [json.loads(meta) for meta in metas if meta]
     return [note for note in notes if "batch_id" in note]

@@ -134,9 +134,9 @@ def _028_expect_initial(p: Pipeline) -> None:
 @pytest.mark.parametrize("server", ["pg15"])
 def test_028_row_filters_for_table_publications(spark, server, backlog, request, tmp_path):
     """The TAP's catch-up points, or (backlog) the pipeline down until the end: snapshot, then
-    everything in one run. On PostgreSQL 15, with the subscriber's row counts checked at each
-    point; on 18 the same SQL is the TAP port ``028_row_filter`` (test_tap_workloads.py), which
-    the oracle judges in both modes."""
+    everything in one run. On PostgreSQL 15, with the subscriber's rows checked at each point;
+    on 18 the same SQL is the TAP port ``028_row_filter`` (test_tap_workloads.py), which the
+    oracle judges at each catch-up point."""
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
         conn.execute(ROWFILTER_028_TABLES)

@@ -93,16 +93,20 @@ class Run:
         folder = self.target / "_walspark" / "checkpoints" / self.slot / "commits"
         return [p.stat().st_mtime for p in folder.glob("[0-9]*")] if folder.is_dir() else []
 
-    def wait(self, condition, what: str, timeout: float = TIMEOUT) -> None:  # type: ignore[no-untyped-def]
+    def wait(self, condition, what: str, timeout: float = TIMEOUT,  # type: ignore[no-untyped-def]
+             poll: float = 0.2) -> None:
+        """Poll ``condition`` every ``poll`` seconds (longer where it runs a Spark job)."""
         deadline = time.monotonic() + timeout
         while not condition():
             assert self.alive(), f"walspark run died while waiting for {what}:\n{self.log()[-6000:]}"
             assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.log()[-6000:]}"
-            time.sleep(0.2)
+            time.sleep(poll)
 
 
 class Writer(threading.Thread):
-    """Small transactions on every table, published or not, until stopped."""
+    """Small transactions on every table, published or not, until stopped: about five a second
+    each, enough for every micro-batch to have changes, not so many that applying them takes
+    the CPU the suite's other tests need."""
 
     def __init__(self, dsn: str, tables: list[str], rows: dict[str, int]) -> None:
         super().__init__(daemon=True)
@@ -125,7 +129,7 @@ class Writer(threading.Thread):
                             self.rows[table] = n + 1
                             conn.execute(f"INSERT INTO {table} VALUES (%s, 0, 'new')", (n + 1,))
                     self.transactions += 1
-                    time.sleep(0.02)
+                    time.sleep(0.2)
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -294,7 +298,8 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
                 except Exception:  # noqa: BLE001 - not written yet
                     return 0
 
-            run.wait(lambda: pending_after_copy() > 0, "changes after the copy's point in the pending log")
+            run.wait(lambda: pending_after_copy() > 0, "changes after the copy's point in the pending log",
+                     poll=2.0)  # each poll is a Spark read, which competes with the run for the CPU
             run.kill()  # 2: the copy is committed, the hand-off not done, changes after C wait in the log
             assert states(target)["public.big"]["state"] == "copied"
             print("killed before the hand-off:", states(target)["public.big"])
