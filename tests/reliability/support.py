@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     import psycopg
     from pyspark.sql import SparkSession
 
-__all__ = ["PUBLICATION", "SLOT", "CrashWorkload", "Pipeline", "commit_notes", "create_shop", "delta_batches", "mismatches",
-           "pipeline_state", "repeated_batches"]
+__all__ = ["PUBLICATION", "SLOT", "CrashWorkload", "Pipeline", "commit_notes", "create_shop", "delta_batches",
+           "mismatches", "pipeline_state", "repeated_batches"]
 
 SLOT = "crash_slot"
 

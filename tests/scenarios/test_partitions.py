@@ -13,8 +13,8 @@ deletes, a TRUNCATE of one partition and of the root. Published both ways:
 The leaves run with a ``walspark run --once`` at each of the test's catch-up points, the root as a
 backlog (snapshot, then everything, then one run). The other two pairings are the TAP ports of the
 same file (tests/scenarios/test_tap_workloads.py: ``013_partition`` as a backlog through the
-leaves, ``013_partition:pub_all`` step by step through the root), so they are not run twice. After each run every Delta table must
-equal what the publication publishes (the oracle, tests/scenarios/support.py) — except where
+leaves, ``013_partition:pub_all`` step by step through the root), so they are not run twice.
+After each run every Delta table must equal what the publication publishes (the oracle, tests/scenarios/support.py) — except where
 PostgreSQL's own subscriber differs by design: with the root publishing, a TRUNCATE of a single
 partition is not replicated (pgoutput_truncate skips partitions published via their root;
 013_partition.pl: "truncate of tab1_2 NOT replicated"), and the target keeps those rows exactly
