@@ -361,7 +361,7 @@ def test_identifiers_of_any_form_keep_their_names(source_factory, spark, tmp_pat
     assert canon(delta_rows(spark, path)) == canon(src.rows(table))
 
 
-def test_tables_without_a_key(source_factory, spark, tmp_path, deletion_vectors):
+def test_tables_without_a_key(source_factory, spark, tmp_path, deletion_vectors, caplog):
     src = source_factory(
         "CREATE TABLE full_t (a int, b text); ALTER TABLE full_t REPLICA IDENTITY FULL;"
         "CREATE TABLE log_t (a int, b text); ALTER TABLE log_t REPLICA IDENTITY NOTHING;"
@@ -378,6 +378,9 @@ def test_tables_without_a_key(source_factory, spark, tmp_path, deletion_vectors)
     src.apply(target)
     assert_equal(spark, src, target, "public.log_t")
     assert_deletion_vectors(spark, f"{target}/public/full_t", deletion_vectors)
+    # Applied append-only at each of its three batches, said once.
+    said = [r for r in caplog.records if "public.log_t has no replica identity key" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
 
 
 def test_schema_evolution_add_drop_widen_and_incompatible(source_factory, spark, tmp_path):

@@ -75,6 +75,10 @@ from walspark.spark.lake.writes import (
 
 log = logging.getLogger(__name__)
 
+#: Tables already warned of in this process as applied append-only (they have no key): a
+#: pipeline applies such a table at every batch, and one warning says it all.
+_KEYLESS_WARNED: set[str] = set()
+
 Mode = Literal["scd1", "scd2"]
 
 
@@ -231,10 +235,10 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
 
             check_unchanged_known(tgt, source, facts.keys, names)  # never NULL for a value nobody knows
     else:
-        log.warning(
-            "%s has no replica identity key: applied append-only (inserts appended, updates/deletes dropped)",
-            tgt.qualified,
-        )
+        if tgt.path not in _KEYLESS_WARNED:  # once per table and process, not at every batch
+            _KEYLESS_WARNED.add(tgt.path)
+            log.warning("%s has no replica identity key: applied append-only (inserts appended, updates/deletes "
+                        "dropped); said once per table", tgt.qualified)  # fmt: skip
         source = append_only(changes, names)
     merge_scd1(tgt, source, facts.keys, names, dropped, truncated=bool(facts.truncates))
 
