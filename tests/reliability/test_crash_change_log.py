@@ -5,8 +5,8 @@ Issue 16's crash line. Change-log mode adds three windows to the direct path's (
 ``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process group there):
 
 - ``changes-appended``: a batch's change logs are durable, Spark has not committed the batch, so
-  the slot is not confirmed — the restart replays the batch, whose appends Delta's transaction id
-  must skip;
+  the slot is not confirmed — the restart replays the batch, whose appends the change log's own
+  highest batch id must skip (``changelog.append_batch``: not Delta's transaction id);
 - ``fold-planned``: a fold's plan ``{"after": a, "upto": b, "done": false}`` is written, nothing
   folded — the restart must fold the same range;
 - ``fold-committed``: the mirror holds the fold, its progress row and plan-done do not — the
