@@ -25,7 +25,7 @@ Per table, per micro-batch (SCD1):
 Keys are the replica identity (``_key``; REPLICA IDENTITY FULL flags every column, so rows match
 on all columns, null-safe ``<=>``). A table with no key (REPLICA IDENTITY NOTHING — PostgreSQL
 then refuses UPDATE/DELETE on a table that publishes them) is applied append-only, with a
-warning; updates and deletes that still arrive are dropped and logged. A batch whose changes
+warning once per table and process; updates and deletes that still arrive are dropped. A batch whose changes
 were made under several replica identities (the identity changed within it) is applied in
 identity runs, each matched on its own identity, one commit each (:mod:`.identity`).
 
