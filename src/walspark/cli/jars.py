@@ -5,7 +5,7 @@ Spark's package resolution and keeps them in the cache (see :mod:`walspark.spark
 command does that ahead of time (``walspark jars``, e.g. while the machine is online), copies
 jars from a folder into the cache for a machine that is never online (``--from FOLDER``), and
 prints the folder and files a session would use — which is also what ``spark-submit --jars``
-needs.
+needs. ``--warm`` also makes the driver JVM's class archive (:mod:`walspark.spark.cds`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,19 @@ from walspark.cli.main import cli
               help="Copy the jars of this folder into the cache (no network needed).")
 @click.option("--spark-submit", "submit", is_flag=True,
               help="Print a --jars argument for spark-submit instead of one jar per line.")
-def jars(s3a: bool, source: Path | None, submit: bool) -> None:
+@click.option("--warm", is_flag=True,
+              help="Also make the JVM's class archive (a minute, once), so that every later session starts sooner.")
+def jars(s3a: bool, source: Path | None, submit: bool, warm: bool) -> None:
     """Find (or fetch once into the local cache) the jars walspark's Spark sessions use."""
     with cli_errors():
         from walspark.spark.jars import delta_jars, fill_cache
+
+        if warm:
+            from walspark.spark.cds import build
+
+            made = build(say=lambda line: click.echo(line, err=True))
+            if made is not None:
+                click.echo(f"JVM class archive: {made}", err=True)
 
         if source is not None:
             files = sorted(source.glob("*.jar"))

@@ -72,7 +72,10 @@ def spark_session(
     """
     from pyspark.sql import SparkSession
 
+    from walspark.spark.cds import java_options as cds_options
+
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -Dio.netty.tryReflectionSetAccessible=true"
+    driver_opts = f"{java_opts} {cds_options()}".rstrip()  # Spark's classes mapped, not parsed (.cds)
     settings = {
         "spark.app.name": app_name,
         "spark.sql.extensions": _DELTA_EXTENSION,
@@ -83,7 +86,7 @@ def spark_session(
         "spark.sql.shuffle.partitions": "8",
         "spark.default.parallelism": "8",
         "spark.driver.memory": "2g",
-        "spark.driver.extraJavaOptions": java_opts,
+        "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.scheduler.mode": "FAIR",

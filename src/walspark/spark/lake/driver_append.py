@@ -13,7 +13,7 @@ properties (column mapping by name) and the columns' catalog facts in their meta
 appends to it keeping both (it writes the physical column names of column mapping). A table
 delta-rs cannot write (a table feature it does not support) is left to Spark, said once.
 
-The progress table's rows go the same way once this process has appended to it through Spark
+The progress table's rows go the same way, the table's first append creating it
 (:meth:`.progress.ProgressTable.record_many`), compacted every so often since Delta's auto
 compaction follows Spark's appends only.
 
@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
+from walspark.spark.lake.driver_log import local_path
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DRIVER_APPENDS", "DriverAppendUnsupported", "append", "can_append", "compact"]
@@ -46,12 +48,6 @@ class DriverAppendUnsupported(Exception):
     """delta-rs cannot append to this table (a protocol feature it lacks): nothing was written."""
 
 
-def _local(path: str) -> str | None:
-    if path.startswith("file:"):
-        path = path.removeprefix("file:").removeprefix("//")
-    return None if "://" in path else path
-
-
 def can_append(path: str) -> bool:
     """Whether :func:`append` may write to the Delta table at ``path`` (local, not refused before)."""
     if os.environ.get(DRIVER_APPENDS, "1") == "0":
@@ -60,21 +56,22 @@ def can_append(path: str) -> bool:
         import deltalake  # noqa: F401
     except ImportError:
         return False
-    return _local(path) is not None and path not in _refused
+    return local_path(path) is not None and path not in _refused
 
 
-def append(path: str, rows: pa.Table, note: str | None = None) -> None:
+def append(path: str, rows: pa.Table, note: str | None = None, *, configuration: dict[str, str] | None = None) -> None:
     """Append ``rows`` to the Delta table at ``path`` in one commit carrying ``note`` (its
-    ``userMetadata``, as Spark's writes carry theirs). Raises :class:`DriverAppendUnsupported`
-    when delta-rs refuses the table before writing anything; the table is then left to Spark."""
+    ``userMetadata``, as Spark's writes carry theirs); a missing table is created with the
+    ``configuration`` properties. Raises :class:`DriverAppendUnsupported` when delta-rs refuses
+    the table before writing anything; the table is then left to Spark."""
     from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import DeltaProtocolError
 
-    local = _local(path)
+    local = local_path(path)
     assert local is not None, path
     properties = CommitProperties(custom_metadata={"userMetadata": note}) if note is not None else None
     try:
-        write_deltalake(local, rows, mode="append", commit_properties=properties)
+        write_deltalake(local, rows, mode="append", commit_properties=properties, configuration=configuration)
     except DeltaProtocolError as exc:
         with _lock:
             _refused.add(path)
@@ -87,6 +84,6 @@ def compact(path: str) -> None:
     auto compaction does after Spark's appends, which delta-rs's appends do not trigger."""
     from deltalake import DeltaTable
 
-    local = _local(path)
+    local = local_path(path)
     assert local is not None, path
     DeltaTable(local).optimize.compact()

@@ -161,7 +161,10 @@ class TargetTable:
     def exists(self) -> bool:
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+        from walspark.spark.lake import driver_log
+
+        found = driver_log.is_delta_table(self.path)  # a local table: from its log, without Spark
+        return DeltaTable.isDeltaTable(self.spark, self.path) if found is None else found
 
     def create(self, fields: Iterable[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> None:
         from delta.tables import DeltaTable
@@ -182,11 +185,16 @@ class TargetTable:
     def column_ids(self) -> ColumnIds:
         """The PostgreSQL ``attnum`` of each column, as recorded in the table's properties.
 
-        Read with SHOW TBLPROPERTIES (the log's metadata only), not ``DeltaTable.detail()``,
-        which also sums the table's files — a Spark job over the whole log, seconds per table
-        at the first batch of every run."""
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.sql_name}").collect()
-        properties = {row[0]: row[1] for row in rows}
+        A local table's are read from its log with delta-rs (milliseconds); elsewhere with SHOW
+        TBLPROPERTIES (the log's metadata only), not ``DeltaTable.detail()``, which also sums
+        the table's files — a Spark job over the whole log, seconds per table at the first batch
+        of every run."""
+        from walspark.spark.lake import driver_log
+
+        properties = driver_log.properties(self.path)
+        if properties is None:
+            rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.sql_name}").collect()
+            properties = {row[0]: row[1] for row in rows}
         return parse_attnums(properties.get(ATTNUMS_PROPERTY))
 
     def set_column_ids(self, ids: ColumnIds) -> None:

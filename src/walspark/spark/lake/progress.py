@@ -93,14 +93,16 @@ class Progress:
 class ProgressTable:
     """Reads and appends the per-table progress rows under ``<target>/_walspark/progress``.
 
-    The rows are read from Delta once per process and then kept in memory, updated by
+    The rows are read from Delta once per process (from the driver with delta-rs where the
+    table is local, :mod:`.driver_log`) and then kept in memory, updated by
     :meth:`record`: a query is the only writer of its own ``app_id``'s rows, so after the first
     read the process knows them, and each micro-batch saves a Spark job. A restarted process
     reads them afresh (:meth:`forget` does the same in tests).
     """
 
     _known: ClassVar[dict[str, dict[tuple[str, str, str], Progress]]] = {}
-    #: Progress tables this process has appended to (so they exist), and the lock of the appends
+    #: Progress tables known to exist with their properties (this process appended to them, or
+    #: found them made by an earlier one), and the lock of the appends
     #: before that: several threads append (the sink's progress writer, the folds of change-log
     #: mode), and two appends that both create the table conflict (ProtocolChangedException).
     _created: ClassVar[set[str]] = set()
@@ -124,23 +126,46 @@ class ProgressTable:
         if known is None:
             known = {}
             if self._exists():
-                from pyspark.sql import functions as F
+                known = self._read_driver()
+                if known is None:
+                    from pyspark.sql import functions as F
 
-                rows = (
-                    self.spark.read.format("delta")
-                    .load(self.path)
-                    .groupBy("app_id", "schema_name", "table_name")
-                    .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"))
-                    .collect()
-                )
-                known = {(r[0], r[1], r[2]): Progress(r["batch_id"], r["commit_lsn"]) for r in rows}
+                    rows = (
+                        self.spark.read.format("delta")
+                        .load(self.path)
+                        .groupBy("app_id", "schema_name", "table_name")
+                        .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"))
+                        .collect()
+                    )
+                    known = {(r[0], r[1], r[2]): Progress(r["batch_id"], r["commit_lsn"]) for r in rows}
+                # made by an earlier process with its properties: this one may append from the driver
+                with self._creating:
+                    self._created.add(self.path)
             self._known[self.path] = known
         return known
+
+    def _read_driver(self) -> dict[tuple[str, str, str], Progress] | None:
+        """The highest batch and commit LSN per key, read with delta-rs (None: ask Spark).
+
+        A local progress table is read in milliseconds this way; through Spark the read is the
+        first query of a run's first batch, seconds in a fresh JVM."""
+        from walspark.spark.lake import driver_log
+
+        keys = ["app_id", "schema_name", "table_name"]
+        rows = driver_log.read_columns(self.path, [*keys, "batch_id", "commit_lsn"])
+        if rows is None:
+            return None
+        grouped = rows.group_by(keys).aggregate([("batch_id", "max"), ("commit_lsn", "max")])
+        return {(r["app_id"], r["schema_name"], r["table_name"]): Progress(r["batch_id_max"], r["commit_lsn_max"])
+                for r in grouped.to_pylist()}  # fmt: skip
 
     def _exists(self) -> bool:
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+        from walspark.spark.lake import driver_log
+
+        found = driver_log.is_delta_table(self.path)
+        return DeltaTable.isDeltaTable(self.spark, self.path) if found is None else found
 
     def last(self, app_id: str, schema: str, table: str) -> Progress | None:
         """The latest progress of ``app_id`` for ``schema.table``, or None before any."""
@@ -179,8 +204,8 @@ class ProgressTable:
             for r in records
         ]  # fmt: skip
         known = self._load()
-        # Once the table exists with its properties, from the driver: no Spark job (.driver_append).
-        driven = self.path in self._created and driver_append.can_append(self.path) and self._driver_append(rows)
+        # From the driver where the table is local: no Spark job (.driver_append), creating it too.
+        driven = driver_append.can_append(self.path) and self._driver_append(rows)
         if not driven:
             df = self.spark.createDataFrame(rows, PROGRESS_DDL)
             # one file per append, and auto compaction (set when the first append creates the table)
@@ -212,7 +237,12 @@ class ProgressTable:
         schema = _arrow_schema()
         table = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
         try:
-            driver_append.append(self.path, table)
+            if self.path in self._created:
+                driver_append.append(self.path, table)
+            else:
+                with self._creating:  # perhaps the append that creates the table: one at a time
+                    driver_append.append(self.path, table, configuration={AUTO_COMPACT: "true"})
+                    self._created.add(self.path)
         except driver_append.DriverAppendUnsupported:
             return False
         with self._creating:

@@ -1,0 +1,89 @@
+"""Reads of a local Delta table's log from the driver with delta-rs: no JVM call, no Spark job.
+
+Why: at the start of every run and batch, walspark asks a few questions of its tables — does the
+table exist, which PostgreSQL attnums do its columns carry (a table property), which batch did
+each table reach (the progress table's rows). Through Spark each question reconstructs the
+table's snapshot and, in a fresh JVM, plans and compiles a query: seconds at the first batch of a
+run and a few hundred milliseconds per table after it (docs/design/fixed-costs.md). delta-rs reads
+the same log in milliseconds.
+
+Only local paths are read this way (object stores keep Spark's reads: credentials and commit
+protocols are Spark's settings). Every function returns None when it cannot answer (no
+delta-rs, a remote path, a table delta-rs cannot read); the caller then asks Spark, so an answer
+from here is always the one Spark would give, never a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+__all__ = ["is_delta_table", "local_path", "properties", "read_columns"]
+
+
+def local_path(path: str) -> str | None:
+    """``path`` as a local file system path, or None for an object store's URI."""
+    if path.startswith("file:"):
+        path = path.removeprefix("file:").removeprefix("//")
+    return None if "://" in path else path
+
+
+def _open(path: str):  # type: ignore[no-untyped-def]
+    """The table at ``path`` as delta-rs sees it; raises ``LookupError`` when it is not one, and
+    ``RuntimeError`` when delta-rs cannot answer (not installed, remote, unreadable)."""
+    local = local_path(path)
+    if local is None:
+        raise RuntimeError("not a local path")
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+    except ImportError as exc:
+        raise RuntimeError("delta-rs is not installed") from exc
+    try:
+        return DeltaTable(local)
+    except TableNotFoundError as exc:
+        raise LookupError(path) from exc
+    except Exception as exc:  # noqa: BLE001 - anything else is Spark's to answer
+        log.debug("delta-rs cannot read %s: %s", path, exc)
+        raise RuntimeError(str(exc)) from exc
+
+
+def is_delta_table(path: str) -> bool | None:
+    """Whether a Delta table is at ``path``; None: ask Spark."""
+    try:
+        _open(path)
+    except LookupError:
+        return False
+    except RuntimeError:
+        return None
+    return True
+
+
+def properties(path: str) -> dict[str, str] | None:
+    """The table's properties (``TBLPROPERTIES`` of its newest version); None: ask Spark
+    (also when no table is there, which Spark reports in its own words)."""
+    try:
+        return dict(_open(path).metadata().configuration)
+    except (LookupError, RuntimeError):
+        return None
+
+
+def read_columns(path: str, columns: Sequence[str]) -> pa.Table | None:
+    """``columns`` of every row of the table (a small table: walspark's own); None: ask Spark.
+
+    Tables with reader features delta-rs lacks are refused by delta-rs itself, never misread.
+    """
+    try:
+        table = _open(path)
+        return table.to_pyarrow_table(columns=list(columns))
+    except (LookupError, RuntimeError):
+        return None
+    except Exception as exc:  # noqa: BLE001
+        log.debug("delta-rs cannot read the rows of %s: %s", path, exc)
+        return None
