@@ -63,6 +63,35 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
         assert_matches_publication(conn, spark, target, "shop", context="after run_once")
 
 
+def test_a_run_with_nothing_to_apply_starts_no_query(spark, pg18_dsn, tmp_path):
+    """An idle ``run_once`` confirms the slot and follows the catalog without a streaming query
+    (walspark.pipeline.idle); the changes after it are applied by the next run, none lost."""
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    lines: list[str] = []
+    pipeline = _pipeline(spark, pg18_dsn, target).on_progress(lines.append)
+    pipeline.run_once()
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO orders VALUES (500, 5, 'before the idle run')")
+        assert pipeline.run_once().query_starts == 1, "a pending change: the query runs"
+        slot = "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'shop_slot'"
+        before = conn.execute(slot).fetchone()[0]
+        conn.execute("ALTER TABLE customers ADD COLUMN email text")  # DDL alone: no change to stream
+        conn.execute("CREATE TABLE unpublished (id int)")
+        conn.execute("INSERT INTO unpublished SELECT generate_series(1, 100)")  # WAL the slot need not keep
+        idle = pipeline.run_once()
+        assert idle.query_starts == 0 and idle.rows == 0, idle
+        assert any(line.startswith("nothing to apply up to ") for line in lines), lines
+        assert conn.execute(slot).fetchone()[0] > before, "the idle run confirmed the slot"
+        columns = DeltaTable(str(tmp_path / "lake" / "public" / "customers")).schema().to_arrow().names
+        assert "email" in columns, "the idle run followed the catalog"
+        conn.execute("UPDATE orders SET qty = 0 WHERE id <= 10")
+        conn.execute("INSERT INTO customers VALUES (100, 'new', 'x@example.org')")
+        after = pipeline.run_once()
+        assert after.query_starts == 1 and after.rows == 11, after
+        assert_matches_publication(conn, spark, target, "shop", context="after the idle run")
+
+
 def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")

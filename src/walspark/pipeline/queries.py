@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "SchemaStuckError", "check_progress", "follow_catalog",
-           "maintain_if_due", "run_queries", "stop_between_batches"]  # fmt: skip
+           "maintain_if_due", "run_queries", "skip_idle", "stop_between_batches"]  # fmt: skip
 
 #: Restarts after schema changes before a run gives up. Each restart passes at least one
 #: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
@@ -48,7 +48,8 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                 tracker: Tracker | None = None) -> int:  # fmt: skip
     """Start the streaming query, again after each schema change; returns how many were started.
 
-    Returns early (0 starts) when a stop was requested before the first query.
+    Returns early (0 starts) when a stop was requested before the first query, or when a
+    ``--once`` run finds nothing pending (:func:`skip_idle`).
     """
     from pyspark.errors import StreamingQueryException
 
@@ -65,10 +66,12 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
 
     while not settings.stop.requested.is_set():
-        starts += 1
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
                    "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
                    **settings.options}  # fmt: skip
+        if settings.once and starts == 0 and skip_idle(spark, settings, sink, sync, options, schedule, say):
+            return starts
+        starts += 1
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         elif settings.change_log:  # its batches come to the driver (as Arrow): a backlog in bounded bites
@@ -113,6 +116,26 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             maintain_if_due(spark, settings, schedule, say)
         return starts
     return starts
+
+
+def skip_idle(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
+              schedule: Any, say: Callable[[str], None]) -> bool:  # fmt: skip
+    """A ``--once`` run with nothing pending (:mod:`walspark.pipeline.idle`): confirm the slot,
+    follow the catalog and maintain as a drained query would, without starting one; True if so."""
+    from walspark.pipeline.idle import confirm_idle, idle_position
+    from walspark.spark.datasource.source import PgoutputDataSource
+
+    position = idle_position(settings, sync)
+    if position is None:
+        return False
+    confirm_idle(settings, position)
+    from walspark.protocol import format_lsn
+
+    say(f"nothing to apply up to {format_lsn(position)}: no query started")
+    schema = PgoutputDataSource(options).schema()  # the query's own schema, computed here in-process
+    follow_catalog(spark, sink, schema, sync.published(), drained=True)
+    maintain_if_due(spark, settings, schedule, say)
+    return True
 
 
 def maintain_if_due(spark: SparkSession, settings: RunSettings, schedule: Any, say: Callable[[str], None]) -> None:

@@ -96,6 +96,14 @@ def note_committed_end(directory: str | Path, end_lsn: int) -> None:
     (location(directory) / _COMMITTED).write_text(format_lsn(end_lsn), durable=False)
 
 
+def record_idle_mark(directory: str | Path, lsn: int) -> None:
+    """Write down that the slot is being confirmed to ``lsn`` while nothing is pending (the
+    stream's idle keepalive, or a ``--once`` run that found nothing: :mod:`walspark.pipeline.idle`),
+    before it is. A restarted query tells such a slot, ahead of its checkpoint with nothing in
+    between, from one moved by another consumer (:meth:`Stager.expect_start`)."""
+    (location(directory) / _IDLE_MARK).write_text(format_lsn(lsn))
+
+
 class StagingError(RuntimeError):
     """The staging directory cannot serve this query (another slot's, or a batch's segments are gone)."""
 
@@ -573,7 +581,7 @@ class Stager(TwoPhaseStaging):
         """
         if lsn <= self._idle_mark:
             return
-        (self.directory / _IDLE_MARK).write_text(format_lsn(lsn))
+        record_idle_mark(self.directory, lsn)
         with self._cond:
             self._idle_mark = lsn
 

@@ -1,8 +1,8 @@
 """Reads of a local Delta table's log from the driver with delta-rs: no JVM call, no Spark job.
 
-Why: at the start of every run and batch, walspark asks a few questions of its tables — does the
-table exist, which PostgreSQL attnums do its columns carry (a table property), which batch did
-each table reach (the progress table's rows). Through Spark each question reconstructs the
+Why: at the start of every run and batch, walspark asks a few questions of its tables — which
+PostgreSQL attnums do its columns carry (a table property), which batch did each table reach
+(the progress table's rows). Through Spark each question reconstructs the
 table's snapshot and, in a fresh JVM, plans and compiles a query: seconds at the first batch of a
 run and a few hundred milliseconds per table after it (docs/design/fixed-costs.md). delta-rs reads
 the same log in milliseconds.
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["is_delta_table", "local_path", "properties", "read_columns"]
+__all__ = ["local_path", "properties", "read_columns"]
 
 
 def local_path(path: str) -> str | None:
@@ -52,17 +52,6 @@ def _open(path: str):  # type: ignore[no-untyped-def]
     except Exception as exc:  # noqa: BLE001 - anything else is Spark's to answer
         log.debug("delta-rs cannot read %s: %s", path, exc)
         raise RuntimeError(str(exc)) from exc
-
-
-def is_delta_table(path: str) -> bool | None:
-    """Whether a Delta table is at ``path``; None: ask Spark."""
-    try:
-        _open(path)
-    except LookupError:
-        return False
-    except RuntimeError:
-        return None
-    return True
 
 
 def properties(path: str) -> dict[str, str] | None:

@@ -159,12 +159,9 @@ class TargetTable:
         return f"delta.{quote(self.path)}"
 
     def exists(self) -> bool:
-        from delta.tables import DeltaTable
+        from walspark.spark.lake.tables import is_delta_table
 
-        from walspark.spark.lake import driver_log
-
-        found = driver_log.is_delta_table(self.path)  # a local table: from its log, without Spark
-        return DeltaTable.isDeltaTable(self.spark, self.path) if found is None else found
+        return is_delta_table(self.path)  # a listing of its log, not a Spark snapshot of it
 
     def create(self, fields: Iterable[StructField], extra_ddl: Sequence[tuple[str, str]] = ()) -> None:
         from delta.tables import DeltaTable

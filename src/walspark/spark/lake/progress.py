@@ -160,12 +160,9 @@ class ProgressTable:
                 for r in grouped.to_pylist()}  # fmt: skip
 
     def _exists(self) -> bool:
-        from delta.tables import DeltaTable
+        from walspark.spark.lake.tables import is_delta_table
 
-        from walspark.spark.lake import driver_log
-
-        found = driver_log.is_delta_table(self.path)
-        return DeltaTable.isDeltaTable(self.spark, self.path) if found is None else found
+        return is_delta_table(self.path)
 
     def last(self, app_id: str, schema: str, table: str) -> Progress | None:
         """The latest progress of ``app_id`` for ``schema.table``, or None before any."""
