@@ -1,11 +1,11 @@
 """Reads of a local Delta table's log from the driver with delta-rs: no JVM call, no Spark job.
 
 Why: at the start of every run and batch, walspark asks a few questions of its tables — which
-PostgreSQL attnums do its columns carry (a table property), which batch did each table reach
-(the progress table's rows). Through Spark each question reconstructs the
-table's snapshot and, in a fresh JVM, plans and compiles a query: seconds at the first batch of a
-run and a few hundred milliseconds per table after it (docs/design/fixed-costs.md). delta-rs reads
-the same log in milliseconds.
+columns and types a table has, which PostgreSQL attnums they carry (a table property), which
+batch each table reached (the progress table's rows). Through Spark each question reconstructs
+the table's snapshot and, in a fresh JVM, plans and compiles a query: seconds at the first batch
+of a run and a few hundred milliseconds per table after it (docs/design/fixed-costs.md). delta-rs
+reads the same log in milliseconds.
 
 Only local paths are read this way (object stores keep Spark's reads: credentials and commit
 protocols are Spark's settings). Every function returns None when it cannot answer (no
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["local_path", "properties", "read_columns"]
+__all__ = ["local_path", "properties", "read_columns", "schema"]
 
 
 def local_path(path: str) -> str | None:
@@ -61,6 +61,20 @@ def properties(path: str) -> dict[str, str] | None:
         return dict(_open(path).metadata().configuration)
     except (LookupError, RuntimeError):
         return None
+
+
+def schema(path: str) -> dict | None:
+    """The table's schema as Delta's log holds it (Spark's StructType JSON), without column
+    mapping's internal field metadata, which Spark's readers do not show either; None: ask Spark."""
+    import json
+
+    try:
+        struct = json.loads(_open(path).schema().to_json())
+    except (LookupError, RuntimeError):
+        return None
+    for f in struct.get("fields", ()):
+        f["metadata"] = {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith("delta.columnMapping.")}
+    return struct
 
 
 def read_columns(path: str, columns: Sequence[str]) -> pa.Table | None:

@@ -199,8 +199,15 @@ class TargetTable:
                        f"({sql_string(ATTNUMS_PROPERTY)} = {sql_string(ids.to_json())})")
 
     def columns(self) -> list[StructField]:
+        """The table's columns: from its log with delta-rs where it is local (no Spark snapshot)."""
         from delta.tables import DeltaTable
+        from pyspark.sql.types import StructType
 
+        from walspark.spark.lake import driver_log
+
+        logged = driver_log.schema(self.path)
+        if logged is not None:
+            return list(StructType.fromJson(logged).fields)
         return list(DeltaTable.forPath(self.spark, self.path).toDF().schema.fields)
 
     def evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]] = (),
