@@ -35,16 +35,22 @@ def child_task() -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
-def run_pure(script: str, task: dict[str, Any]) -> dict[str, Any]:
-    """Run ``script`` again with the pure-Python path forced, for ``task``; the figures it reports.
+def run_child(script: str, task: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``script`` again in a child process (``env`` added to this one's), for ``task``; the
+    figures it reports.
 
     The child's progress goes to this process's stderr; it answers through :func:`report`.
     """
     with tempfile.TemporaryDirectory(prefix="walspark-bench-child-") as tmp:
         answer = Path(tmp) / "figures.json"
-        env = {**os.environ, PURE_VARIABLE: "1", TASK_VARIABLE: json.dumps({**task, "answer": str(answer)})}
+        env = {**os.environ, **(env or {}), TASK_VARIABLE: json.dumps({**task, "answer": str(answer)})}
         subprocess.run([sys.executable, script], env=env, check=True, stdout=sys.stderr)
         return json.loads(answer.read_text())
+
+
+def run_pure(script: str, task: dict[str, Any]) -> dict[str, Any]:
+    """:func:`run_child` with the pure-Python path forced."""
+    return run_child(script, task, {PURE_VARIABLE: "1"})
 
 
 def report(task: dict[str, Any], figures: dict[str, Any]) -> None:
