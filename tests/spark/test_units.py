@@ -117,3 +117,26 @@ def test_small_segments_are_read_together_large_ones_alone(tmp_path: Path) -> No
     assert [len(g) for g in groups] == [3, 1, 2, 1, 1]
     assert [p for g in groups for p in g] == [str(p) for p in paths]  # every segment once, in order
     assert group_segments([]) == []
+
+
+def test_progress_rows_from_the_driver_across_short_runs(tmp_path):
+    """The progress table is created, appended to and read with delta-rs, no Spark session: one
+    append per process (a --once run each) still gets its files compacted, and a new process
+    reads the highest batch and commit LSN per table."""
+    from deltalake import DeltaTable
+
+    from walspark.spark.lake import driver_append
+    from walspark.spark.lake.progress import AUTO_COMPACT, COMPACT_EVERY, ProgressRow, ProgressTable
+
+    path = str(tmp_path / "_walspark" / "progress")
+    for batch in range(COMPACT_EVERY + 2):
+        ProgressTable.forget()  # a new process each time
+        ProgressTable._appends.clear()
+        ProgressTable(None, str(tmp_path)).record_many(  # type: ignore[arg-type]
+            [ProgressRow("q", "public", "t", batch, 1000 + batch, 1, "scd1")]
+        )
+        assert driver_append.file_count(path) < COMPACT_EVERY
+    ProgressTable.forget()
+    last = ProgressTable(None, str(tmp_path)).last("q", "public", "t")  # type: ignore[arg-type]
+    assert last is not None and (last.batch_id, last.commit_lsn) == (COMPACT_EVERY + 1, 1000 + COMPACT_EVERY + 1)
+    assert DeltaTable(path).metadata().configuration.get(AUTO_COMPACT) == "true"

@@ -35,7 +35,7 @@ from walspark.spark.lake.driver_log import local_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DRIVER_APPENDS", "DriverAppendUnsupported", "append", "can_append", "compact"]
+__all__ = ["DRIVER_APPENDS", "DriverAppendUnsupported", "append", "can_append", "compact", "file_count"]
 
 #: ``0`` turns driver appends off (every change-log append goes through Spark).
 DRIVER_APPENDS = "WALSPARK_DRIVER_APPENDS"
@@ -77,6 +77,15 @@ def append(path: str, rows: pa.Table, note: str | None = None, *, configuration:
             _refused.add(path)
         log.warning("%s: appended through Spark from now on (delta-rs cannot write this table: %s)", path, exc)
         raise DriverAppendUnsupported(str(exc)) from exc
+
+
+def file_count(path: str) -> int:
+    """How many data files the Delta table at ``path`` references now (read from its log)."""
+    from deltalake import DeltaTable
+
+    local = local_path(path)
+    assert local is not None, path
+    return len(DeltaTable(local).file_uris())
 
 
 def compact(path: str) -> None:

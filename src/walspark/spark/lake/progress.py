@@ -244,7 +244,8 @@ class ProgressTable:
             return False
         with self._creating:
             count = self._appends[self.path] = self._appends.get(self.path, 0) + 1
-        if count % COMPACT_EVERY == 0:
+        # a process's first append also looks at the files earlier (short, --once) runs left
+        if count % COMPACT_EVERY == 0 or (count == 1 and driver_append.file_count(self.path) >= COMPACT_EVERY):
             driver_append.compact(self.path)
         return True
 
