@@ -123,14 +123,13 @@ def skip_idle(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, 
     """A ``--once`` run with nothing pending (:mod:`walspark.pipeline.idle`): confirm the slot,
     follow the catalog and maintain as a drained query would, without starting one; True if so."""
     from walspark.pipeline.idle import confirm_idle, idle_position
+    from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
 
     position = idle_position(settings, sync)
     if position is None:
         return False
     confirm_idle(settings, position)
-    from walspark.protocol import format_lsn
-
     say(f"nothing to apply up to {format_lsn(position)}: no query started")
     schema = PgoutputDataSource(options).schema()  # the query's own schema, computed here in-process
     follow_catalog(spark, sink, schema, sync.published(), drained=True)
