@@ -14,6 +14,20 @@ import pytest
 
 from walspark.embedded.postgres import EmbeddedPostgres, debian_bindir
 
+from depth import SOAK_VARIABLE
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true",
+                     help="the soak run: every sweep turned up (more kills, every crash round, longer fuzzing); "
+                          "see docs/testing.md")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--soak`` sets ``WALSPARK_SOAK`` before any test module is imported (workers get the option too)."""
+    if config.getoption("--soak"):
+        os.environ[SOAK_VARIABLE] = "1"
+
 
 @pytest.fixture(scope="session")
 def pg18() -> Iterator[EmbeddedPostgres]:

@@ -6,7 +6,7 @@ changes, price changes, profile edits, cancellations, large notes left untouched
 updates), the initial snapshot taken *while* the workload writes, streaming from the slot's
 consistent point, and at the end a per-table comparison of the source and the Delta tables.
 
-The comparison reads the Delta tables with plain Spark (not through walspark) and both sides
+The comparison reads the Delta tables with delta-rs or plain Spark (not through walspark) and both sides
 are reduced to the same canonical values per column, so a mismatch means a wrong row, not a
 different rendering.
 """
@@ -182,14 +182,17 @@ class Workload:
 # -- comparison -------------------------------------------------------------------------------
 
 #: Per table: its key, and per column how to reduce it to a canonical value on each side
-#: (PostgreSQL SQL expression, Spark SQL expression). Plain columns compare as they are.
-_CANONICAL: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str]]]] = {
-    "customers": (("id",), {"signed_up": ("(extract(epoch FROM signed_up) * 1000000)::bigint", "unix_micros(signed_up)"),
-                            "profile": ("profile::text", "profile")}),
-    "products": (("id",), {"sku": ("sku::text", "sku"), "attrs": ("attrs::text", "attrs")}),
-    "orders": (("id",), {"status": ("status::text", "status"),
-                         "placed_at": ("(extract(epoch FROM placed_at) * 1000000)::bigint", "unix_micros(placed_at)"),
-                         "note": ("md5(note)", "md5(note)")}),
+#: (PostgreSQL SQL expression, Spark SQL expression, the same in Python on an Arrow column:
+#: ``micros`` or ``md5``). Plain columns compare as they are.
+_CANONICAL: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str, str]]]] = {
+    "customers": (("id",), {"signed_up": ("(extract(epoch FROM signed_up) * 1000000)::bigint", "unix_micros(signed_up)",
+                                          "micros"),
+                            "profile": ("profile::text", "profile", "")}),
+    "products": (("id",), {"sku": ("sku::text", "sku", ""), "attrs": ("attrs::text", "attrs", "")}),
+    "orders": (("id",), {"status": ("status::text", "status", ""),
+                         "placed_at": ("(extract(epoch FROM placed_at) * 1000000)::bigint", "unix_micros(placed_at)",
+                                       "micros"),
+                         "note": ("md5(note)", "md5(note)", "md5")}),
     "order_items": (("order_id", "line"), {}),
 }
 
@@ -217,19 +220,56 @@ def _checksum(rows: list[tuple]) -> str:
 def table_rows(conn: psycopg.Connection, spark: SparkSession, target: str, table: str) -> tuple[list, list]:
     """(source rows, Delta rows) of one shop table, canonical per column, sorted by key.
 
-    The Delta side is read with plain ``spark.read.format("delta")``: the comparison must not
-    share a code path with what it checks.
+    The Delta side is read with delta-rs where the table is local (no Spark job), else with plain
+    ``spark.read.format("delta")``: the comparison must not share a code path with what it checks.
     """
     keys, canonical = _CANONICAL[table]
     columns = [name for (name,) in conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped"
         " ORDER BY attnum", (f"shop.{table}",)).fetchall()]  # fmt: skip
-    pg_cols = ", ".join(canonical.get(c, (c, c))[0] for c in columns)
-    spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
+    pg_cols = ", ".join(canonical.get(c, (c,))[0] for c in columns)
     source = [tuple(r) for r in conn.execute(f"SELECT {pg_cols} FROM shop.{table} ORDER BY {', '.join(keys)}")]
-    frame = spark.read.format("delta").load(f"{target}/shop/{table}")
-    target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
+    path = f"{target}/shop/{table}"
+    target_rows = _delta_rs_rows(path, columns, keys, canonical)
+    if target_rows is None:
+        frame = spark.read.format("delta").load(path)
+        spark_cols = [canonical.get(c, (c, c))[1] for c in columns]
+        target_rows = [tuple(r) for r in frame.selectExpr(*spark_cols).orderBy(*keys).collect()]
     return source, target_rows
+
+
+def _delta_rs_rows(path: str, columns: list[str], keys: tuple[str, ...],
+                   canonical: dict[str, tuple[str, str, str]]) -> list[tuple] | None:
+    """The rows of a local Delta table through delta-rs's SQL engine (which maps column-mapped
+    names back), canonical per column; None where Spark must read it (an object store, or a
+    table feature delta-rs cannot read)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+    from deltalake.exceptions import DeltaError
+
+    from walspark.spark.lake.driver_log import local_path
+
+    local = local_path(path)
+    if local is None:
+        return None
+    try:
+        delta = DeltaTable(local)
+        select = ", ".join(f'"{c}"' for c in columns)
+        order = ", ".join(f'"{c}"' for c in keys)
+        reader = QueryBuilder().register("t", delta).execute(f"SELECT {select} FROM t ORDER BY {order}")
+        result = pa.RecordBatchReader.from_stream(reader).read_all()
+    except DeltaError:
+        return None
+    out = []
+    for name, column in zip(columns, result.columns, strict=True):
+        kind = canonical.get(name, ("", "", ""))[2]
+        if kind == "micros":
+            out.append(column.cast(pa.timestamp("us", tz=column.type.tz)).cast(pa.int64()).to_pylist())
+        elif kind == "md5":
+            out.append([None if v is None else hashlib.md5(v.encode()).hexdigest() for v in column.to_pylist()])
+        else:
+            out.append(column.to_pylist())
+    return list(zip(*out, strict=True))
 
 
 def compare(conn: psycopg.Connection, spark: SparkSession, target: str) -> list[TableComparison]:

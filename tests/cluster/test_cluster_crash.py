@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from depth import sweep
 from reliability.support import (
     CrashWorkload,
     Pipeline,
@@ -157,7 +158,7 @@ class Lake:
 
 #: Which targets run (comma-separated): ``s3``, the acceptance form, by default; ``file`` (a
 #: folder the driver and the workers share) on request: it costs as much again and proves less.
-LAKES = os.environ.get("WALSPARK_CLUSTER_LAKES", "s3").split(",")
+LAKES = sweep("WALSPARK_CLUSTER_LAKES", "s3", "s3,file").split(",")
 
 
 @pytest.fixture(params=LAKES)

@@ -22,10 +22,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from depth import sweep
 
 FUZZ_SCRIPT = Path(__file__).with_name("fuzz_decoder.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
-SECONDS = int(os.environ.get("WALSPARK_FUZZ_SECONDS", "45"))
+SECONDS = int(sweep("WALSPARK_FUZZ_SECONDS", "45", "600"))
 # A 2-CPU machine at load 7 still runs over a thousand inputs a second; 10 000 in the whole
 # budget only fails when the target is not really executing (a broken seed corpus, a target
 # that returns at once).

@@ -94,6 +94,27 @@ def mismatches(conn: psycopg.Connection, spark: SparkSession, target: str) -> di
     return out
 
 
+def log_stats(spark: SparkSession, path: str, key: Sequence[str], batch: str) -> tuple[int, int, int | None]:
+    """(rows, distinct ``key`` tuples, highest ``batch``) of a Delta table: a change log's checks.
+
+    A local table is read with delta-rs's SQL engine (no Spark job: a Spark read computes the
+    table's snapshot first, seconds on a busy host); other locations with Spark.
+    """
+    columns = ", ".join(f'"{c}"' for c in key)
+    sql = (f"SELECT (SELECT count(*) FROM t) AS r, (SELECT count(*) FROM (SELECT DISTINCT {columns} FROM t)) AS d, "
+           f"(SELECT max(\"{batch}\") FROM t) AS b")
+    if "://" in path and not path.startswith("file:"):
+        spark.read.format("delta").load(path).createOrReplaceTempView("t")
+        rows, distinct, last = spark.sql(sql.replace('"', "`")).first()
+        return rows, distinct, last
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    reader = QueryBuilder().register("t", DeltaTable(path.removeprefix("file:"))).execute(sql)
+    rows, distinct, last = (c[0].as_py() for c in pa.RecordBatchReader.from_stream(reader).read_all().columns)
+    return rows, distinct, last
+
+
 def commit_notes(spark: SparkSession | None, path: str) -> list[dict[str, object]]:
     """The JSON notes (``userMetadata``) of a Delta table's commits that carry a batch id.
 

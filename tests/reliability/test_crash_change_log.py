@@ -17,19 +17,21 @@ issue's three windows, because the folds of a batch's tables run in parallel, so
 ``fold-committed`` kill finds some tables folded and others still folding (in the middle of a
 fold). The other rounds run on demand (``WALSPARK_CRASH_ROUNDS``): ``fold-planned``, and
 ``mid-fold``, a kill with no hook, from outside, while a fold's plan is not done (wherever its
-MERGE is). Each round is a run that dies, a catch-up run and the checks: minutes on a loaded
-2-core host, so the bounded CI version keeps the two that reach every window.
+MERGE is). Each round costs minutes on a loaded 2-core host, so the default run keeps the two
+that reach every window.
 
-Each round runs the pipeline streaming under a live :class:`CrashWorkload` until it dies, stops
-the workload, and lets ``walspark run --once --change-log`` (no hook) catch up. Then, read with
-plain Spark: every mirror equals ``SELECT *`` of its source; no change log holds a change
+Each round runs the pipeline streaming under a live :class:`CrashWorkload` until it dies and
+stops the workload; the next round's run is the restart. After the last round (in the soak run,
+after every round) ``walspark run --once --change-log`` (no hook) catches up. Then, read with
+delta-rs or plain Spark: every mirror equals ``SELECT *`` of its source; no change log holds a change
 (``_commit_lsn``, ``_seq``) twice nor a batch appended twice; no fold committed twice to a
 mirror (the fold commits' notes, app id ``walspark-run/<slot>/fold``, batch id = the range's end);
 and every fold plan is done, up to the last batch of its change log. The next round resumes on
 the same data, change logs and checkpoint.
 
 ``WALSPARK_CRASH_SEED`` replays a run's workload and kill delay; ``WALSPARK_CRASH_ROUNDS`` (comma
-separated, among ``changes-appended, fold-planned, fold-committed, mid-fold``) picks the rounds.
+separated, among ``changes-appended, fold-planned, fold-committed, mid-fold``) picks the rounds;
+the soak run (``./dev test --soak``) runs all four, each with its catch-up and checks.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from pyspark.sql import functions as F
+from depth import soak, sweep
 
 from walspark.spark.lake.changelog import BATCH_ID, change_log_path, change_log_tables, folded_through
 from walspark.spark.lake.folder import CRASH_VARIABLE, fold_app_id
@@ -59,6 +61,7 @@ from .support import (
     committed_batches,
     create_shop,
     delta_batches,
+    log_stats,
     mismatches,
     repeated_batches,
     wait_for,
@@ -71,7 +74,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ALL_ROUNDS = ("changes-appended", "fold-planned", "fold-committed", "mid-fold")
 #: The default: the two rounds that reach the three windows (see the module's docstring).
 DEFAULT_ROUNDS = ("changes-appended", "fold-committed")
-ROUNDS = tuple(os.environ.get("WALSPARK_CRASH_ROUNDS", ",".join(DEFAULT_ROUNDS)).split(","))
+#: Whether every round ends with a catch-up run and the checks (the soak run), or only the last:
+#: by default the next round's run is the restart of the previous death, and the last catch-up's
+#: checks see what every restart did (a change lost or appended twice stays in the logs and mirrors).
+CATCH_UP_EACH_ROUND = soak()
+ROUNDS = tuple(sweep("WALSPARK_CRASH_ROUNDS", ",".join(DEFAULT_ROUNDS), ",".join(ALL_ROUNDS)).split(","))
 
 APP_ID = f"walspark-run/{SLOT}"
 
@@ -133,8 +140,7 @@ def _check(spark, dsn: str, target: Path) -> str:  # type: ignore[no-untyped-def
     log_rows, last = 0, {}
     for schema, table in tables:
         path = change_log_path(str(target), schema, table)
-        rows, changes, last[(schema, table)] = spark.read.format("delta").load(path).agg(
-            F.count(F.lit(1)), F.count_distinct("_commit_lsn", "_seq"), F.max(BATCH_ID)).first()  # fmt: skip
+        rows, changes, last[(schema, table)] = log_stats(spark, path, ("_commit_lsn", "_seq"), BATCH_ID)
         assert rows == changes, f"{schema}.{table}: {rows - changes} changes twice in the change log"
         log_rows += rows
         appended = Counter(int(n["batch_id"]) for n in commit_notes(spark, path))  # type: ignore[arg-type]
@@ -196,6 +202,8 @@ def test_sigkill_in_the_change_log_windows_keeps_the_target_equal(spark, pg18_ds
             work.stop()
             print(f"  workload: {work.transactions} txns, {work.truncates} truncates; died after "
                   f"{time.monotonic() - round_started:.0f} s")
+            if i < len(ROUNDS) - 1 and not CATCH_UP_EACH_ROUND:
+                continue  # the next round's run is this death's restart; the last catch-up checks both
             pipeline.start(once=True)
             once_started = time.monotonic()
             code = pipeline.wait(ONCE_TIMEOUT)

@@ -3,9 +3,9 @@
 Issue 7's second acceptance line and issue 9's crash bullet. The whole pipeline runs as
 ``python -m walspark.cli run`` in its own process group (driver, Spark JVM, Python workers), so a
 SIGKILL leaves nothing behind to clean up — exactly like a machine losing power, minus the disk.
-The first kill lands 0-6 s after the snapshot starts; later ones alternate between the window after
-a batch's first Delta MERGE commit but before its commit-log entry and the slot confirm (Spark
-confirms batch N only when it plans N+1), found by polling the Delta logs, and a random delay once
+The kills land in the window after a batch's first Delta MERGE commit but before its commit-log
+entry and the slot confirm (Spark confirms batch N only when it plans N+1), found by polling the
+Delta logs; in a longer run also 0-6 s after the snapshot starts, and after a random delay once
 the run streams (mostly the middle of a micro-batch: planned in the offset log, not yet in the
 commit log; also what tests/spark/test_kill.py does to the stream alone). The state seen at each
 kill is printed, so a run shows which windows it hit.
@@ -15,9 +15,11 @@ the slot; then every Delta table, read with plain Spark, must equal ``SELECT *``
 row by row, and no (table, batch id) may appear twice among the MERGE commits' notes. The next
 round resumes writing and streaming on the same data and checkpoint.
 
-``WALSPARK_CRASH_KILLS`` sets the number of kills (2 by default, the bounded CI version: the
-snapshot and the Delta-written window; a third is the random delay);
-``WALSPARK_CRASH_SEED`` replays a run's delays.
+``WALSPARK_CRASH_KILLS`` sets the number of kills. The default run kills once, in the window
+only a poll finds (a batch's MERGE in Delta, not yet in the commit log nor the slot confirmed):
+a kill inside the snapshot is :func:`test_sigkill_during_the_snapshot_then_rerun_is_complete`'s.
+Two or more (the soak run: 10) start with a kill 0-6 s into the snapshot, then alternate the
+Delta-written window and random delays. ``WALSPARK_CRASH_SEED`` replays a run's delays.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from depth import sweep
 
 from .support import (
     ONCE_TIMEOUT,
@@ -79,7 +82,17 @@ def _drain_and_check(dsn: str, spark, pipeline: Pipeline, work: CrashWorkload,  
 
 
 #: Each kill costs a pipeline start, a catch-up run and the oracle: minutes on 2 cores.
-@pytest.mark.timeout(900 + 500 * int(os.environ.get("WALSPARK_CRASH_KILLS", "2")))
+KILLS = int(sweep("WALSPARK_CRASH_KILLS", "1", "10"))
+
+
+def _kinds(kills: int) -> list[str]:
+    """Where each kill lands: ``snapshot``, ``delta-written`` or ``random`` (see the module's docstring)."""
+    if kills == 1:
+        return ["delta-written"]
+    return ["snapshot"] + ["delta-written" if k % 2 == 1 else "random" for k in range(1, kills)]
+
+
+@pytest.mark.timeout(900 + 500 * KILLS)
 def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_path):
     """Kill, restart, compare — after *every* kill, not only at the end.
 
@@ -88,7 +101,7 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
     source right there, and no batch may have been applied twice so far. The next round starts
     a fresh workload on the same data and a fresh pipeline process on the same checkpoint.
     """
-    kills = int(os.environ.get("WALSPARK_CRASH_KILLS", "2"))
+    kills = KILLS
     seed = int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     print(f"kills={kills} seed={seed}")
@@ -100,22 +113,22 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
     transactions = truncates = 0
     work: CrashWorkload | None = None
     try:
-        for kill in range(kills):
+        for kill, kind in enumerate(_kinds(kills)):
             work = CrashWorkload(pg18_dsn, rate=10.0, seed=seed + kill).start()
             pipeline.start()
-            if kill == 0:
+            if kind == "snapshot":
                 # The first kill: 0-6 s after the snapshot record appears (inside the copy or just after).
                 wait_for(lambda: _snapshot_started(target), timeout=START_TIMEOUT, what="the snapshot", pipeline=pipeline)
                 time.sleep(rng.uniform(0.0, 6.0))
             else:
-                # Later kills: once the run has committed a new batch (it is streaming, not only
-                # starting its JVM), the moment a batch's MERGE is in Delta but the batch is not
-                # yet in the commit log nor the slot confirmed (a window a random delay rarely
-                # hits) — or, every other kill, a random delay of a few trigger intervals.
+                # Once the run has committed a new batch (it is streaming, not only starting its
+                # JVM): the moment a batch's MERGE is in Delta but the batch is not yet in the
+                # commit log nor the slot confirmed (a window a random delay rarely hits), or a
+                # random delay of a few trigger intervals.
                 before = committed_batches(target)
                 wait_for(lambda: committed_batches(target) > before, timeout=START_TIMEOUT,
                          what="a new committed batch", pipeline=pipeline)  # fmt: skip
-                if kill % 2 == 1:
+                if kind == "delta-written":
                     _wait_for_state(pg18_dsn, target, pipeline, "mid-batch, Delta written", timeout=120.0)
                 else:
                     time.sleep(rng.uniform(0.0, 3.0))
