@@ -196,3 +196,39 @@ def test_builder_checks_its_inputs(spark, pg18_dsn, tmp_path):
     assert not (tmp_path / "lake").exists()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'ok_slot'").fetchone()[0] == 0
+
+
+def test_a_python_worker_too_slow_to_start_restarts_the_query(spark, pg18_dsn, tmp_path):
+    """Spark waits a fixed 10 s for a new Python worker to connect back; on a host whose CPUs are
+    all busy, starting one can take longer. ``walspark run`` restarts the query from its checkpoint
+    (a bounded number of times in a row) instead of exiting: here the interpreter Spark starts for
+    the streaming source sleeps 15 s before its first start, as on an overloaded host."""
+    import os
+    import subprocess
+    import sys
+
+    _shop(pg18_dsn)
+    mark = tmp_path / "slept"
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"""#!/bin/sh
+case "$*" in *python_streaming_source_runner*)
+    if [ ! -e "{mark}" ]; then touch "{mark}"; sleep 15; fi ;;
+esac
+exec "{sys.executable}" "$@"
+""")
+    slow.chmod(0o755)
+    target = str(tmp_path / "lake")
+    run_once(pg18_dsn, "shop", "shop_slot", target)  # the snapshot, in this process
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE orders SET qty = qty + 1 WHERE id <= 20")
+    args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", pg18_dsn, "--publication", "shop",
+            "--slot", "shop_slot", "--target", target, "--once", "--master", "local[2]"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env={**os.environ, "PYSPARK_PYTHON": str(slow)})
+    assert mark.exists(), "the streaming source's interpreter was never started"
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    said = result.stdout + result.stderr
+    assert "could not start a Python worker" in said and "restarting the query from its checkpoint (1/3)" in said, \
+        said[-4000:]
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        assert_matches_publication(conn, spark, target, "shop", context="after the restarted query")

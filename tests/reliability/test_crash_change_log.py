@@ -171,7 +171,7 @@ def test_sigkill_in_the_change_log_windows_keeps_the_target_equal(spark, pg18_ds
     rng = random.Random(seed)
     print(f"seed={seed}")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        create_shop(conn, customers=2000, products=300, orders=1500)
+        create_shop(conn, customers=500, products=100, orders=600)
     target = tmp_path / "lake"
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs", extra_args=("--change-log", "--fold-seconds", "0"))
     work: CrashWorkload | None = None

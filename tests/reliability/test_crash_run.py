@@ -106,7 +106,7 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
     rng = random.Random(seed)
     print(f"kills={kills} seed={seed}")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        create_shop(conn, customers=2000, products=300, orders=3000)
+        create_shop(conn, customers=500, products=100, orders=600)
     target = tmp_path / "lake"
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
     landed: list[str] = []
@@ -152,7 +152,7 @@ def test_sigkill_during_the_snapshot_then_rerun_is_complete(spark, pg18_dsn, tmp
     """A kill in the first seconds of the snapshot: the rerun redoes it, and nothing is missing."""
     rng = random.Random(int(os.environ.get("WALSPARK_CRASH_SEED", str(random.randrange(1 << 30)))))
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        create_shop(conn, customers=2000, products=300, orders=3000)
+        create_shop(conn, customers=500, products=100, orders=600)
     target = tmp_path / "lake"
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
     work = CrashWorkload(pg18_dsn, rate=25.0, seed=11).start()

@@ -7,6 +7,10 @@ catch-up points of its workload and compares every Delta table with the publicat
 oracle of :mod:`tests.scenarios.support`), plus the TAP test's own expected rows where it gives
 them. Workloads come from PostgreSQL's ``src/test/subscription/t/028_row_filter.pl`` and the
 snapshot parts of ``031_column_list.pl`` (named in each test), plus walspark's own.
+
+Scenarios run on PostgreSQL 18 and 15 where 15 takes paths of its own (partitions published via
+their root, column lists, the 028 publications as a whole); the others run on 15 in the soak run
+only (:func:`depth.twin_servers`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from depth import twin_servers
 
 from .support import assert_matches_publication, run_once
 from .tap_workloads import (
@@ -60,7 +65,7 @@ class Pipeline:
 # 028_row_filter.pl: FOR ALL TABLES and TABLES IN SCHEMA make a table's filter void
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
+@pytest.mark.parametrize("server", twin_servers())
 def test_028_for_all_tables_publication_voids_the_filter(spark, server, request, tmp_path):
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
@@ -76,7 +81,7 @@ def test_028_for_all_tables_publication_voids_the_filter(spark, server, request,
         assert len(p.rows("tab_rf_x", "x")) == 7
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
+@pytest.mark.parametrize("server", twin_servers())
 def test_028_tables_in_schema_voids_the_filter_of_its_tables_only(spark, server, request, tmp_path):
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
@@ -202,7 +207,7 @@ _MOVES_WORKLOAD = [
 ]
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
+@pytest.mark.parametrize("server", twin_servers())
 def test_updates_moving_rows_across_the_filter(spark, server, request, tmp_path):
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:
@@ -257,7 +262,7 @@ DELETE FROM parent WHERE id IN (3, 106, 203);
 """
 
 
-@pytest.mark.parametrize("server", ["pg18", "pg15"])
+@pytest.mark.parametrize("server", twin_servers())
 def test_inheritance_parent_copies_its_own_rows(spark, server, request, tmp_path):
     dsn = request.getfixturevalue(f"{server}_dsn")
     with _conn(dsn) as conn:

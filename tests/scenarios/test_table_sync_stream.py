@@ -28,7 +28,7 @@ from depth import sweep
 
 from .support import assert_matches_publication, run_once
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]  # streaming runs under the suite's load
 
 BIG_ROWS = int(sweep("WALSPARK_SYNC_BIG_ROWS", "100000", "500000"))
 TIMEOUT = 900.0

@@ -21,13 +21,22 @@ from walspark.pipeline.status import Tracker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "SchemaStuckError", "check_progress", "follow_catalog",
+__all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
            "maintain_if_due", "run_queries", "skip_idle", "stop_between_batches"]  # fmt: skip
 
 #: Restarts after schema changes before a run gives up. Each restart passes at least one
 #: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
 #: backlog with very many DDL statements in one run; the next run goes on.
 MAX_SCHEMA_RESTARTS = 1000
+
+#: Query restarts after Spark failed to start a Python worker in time, in a row (no batch applied
+#: in between). Spark waits a fixed 10 s for a new worker process to connect back; on a host whose
+#: CPUs are all busy, starting Python and importing pyspark can take longer. The restarted query
+#: resumes from its checkpoint, so nothing is lost or applied twice; a host where it keeps
+#: happening gets the error.
+WORKER_START_RETRIES = 3
+_WORKER_START_FAILURES = ("Python worker failed to connect back",
+                          "Timed out while waiting for the Python worker to connect back")
 
 #: How long a stop waits for the running batch to end before interrupting it.
 STOP_GRACE_SECONDS = 20.0
@@ -57,7 +66,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     from walspark.spark.lake.maintenance import MaintenanceSchedule
     from walspark.storage import current_settings, state_home
 
-    starts = 0
+    starts = worker_failures = 0
     schedule = MaintenanceSchedule(state_home(settings.target, settings.state), settings.maintenance_hours)
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     tracker = tracker or Tracker()
@@ -87,6 +96,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             processingTime=f"{settings.trigger_seconds} seconds"
         )
         query = writer.start()
+        applied = tracker.batches
         tracker.query_started()
         if tracker.state in ("starting", "snapshot"):
             tracker.phase("streaming")
@@ -103,6 +113,12 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                 say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): restarting the "
                     "query with the new shape")
                 continue
+            if any(failure in str(exc) for failure in _WORKER_START_FAILURES):
+                worker_failures = 1 if tracker.batches > applied else worker_failures + 1
+                if worker_failures <= WORKER_START_RETRIES:
+                    say(f"Spark could not start a Python worker within its 10 s (a busy host): restarting the query "
+                        f"from its checkpoint ({worker_failures}/{WORKER_START_RETRIES})")
+                    continue
             raise
         except KeyboardInterrupt:
             tracker.phase("stopping")

@@ -84,6 +84,12 @@ class Tracker:
         self._monotonic_start = time.monotonic()
 
     @property
+    def batches(self) -> int:
+        """Batches applied so far."""
+        with self._lock:
+            return self._batches
+
+    @property
     def state(self) -> str:
         return self._state
 
