@@ -14,7 +14,7 @@ import pytest
 
 from walspark.embedded.postgres import EmbeddedPostgres, debian_bindir
 
-from depth import SOAK_VARIABLE
+from depth import SOAK_VARIABLE, soak
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,6 +75,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (1 if item.get_closest_marker("spark") is not None else 2), rank
 
     items.sort(key=order)
+    if not soak():  # tests marked soak run in the soak run only (docs/testing.md says why each is there)
+        for item in items:
+            if item.get_closest_marker("soak") is not None:
+                item.add_marker(pytest.mark.skip(reason="the soak run's (./dev test --soak)"))
 
 
 _db_numbers = itertools.count()

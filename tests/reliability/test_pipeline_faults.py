@@ -24,7 +24,8 @@ from walspark.embedded.postgres import EmbeddedPostgres
 from . import support
 from .support import SLOT, CrashWorkload, Pipeline, committed_batches, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
+#: The soak run's: 20 minutes of the default run's CPU-bound budget (docs/testing.md).
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(1800)]
 
 #: Deadlines, not expectations (a 2-core host shared with other suites).
 START_TIMEOUT = 600.0
