@@ -288,11 +288,15 @@ PORTS = {
 #: catch-up runs would repeat the messages of the backlog in smaller batches, and a prepared
 #: transaction finished in a later run is the subject of the pg15 variants of the tests below.
 SERVER_MODES = [("pg18", "catch-up"), ("pg18", "backlog"), ("pg15", "backlog")]
+#: The catch-up runs are the soak run's for now (the pg18 backlog holds the same messages in one
+#: run; docs/testing.md); the PostgreSQL 15 run too, like every Spark scenario on 15 (tests/conftest.py).
+_SERVER_MODE_PARAMS = [pytest.param(s, m, id=f"{s}-{m}", marks=[pytest.mark.soak] if m == "catch-up" else [])
+                       for s, m in SERVER_MODES]
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize(("server", "mode"), SERVER_MODES, ids=[f"{s}-{m}" for s, m in SERVER_MODES])
+@pytest.mark.parametrize(("server", "mode"), _SERVER_MODE_PARAMS)
 @pytest.mark.parametrize("port", sorted(PORTS))
 def test_ported_tap_workload(spark, request, tmp_path, port, server, mode):
     dsn = request.getfixturevalue(f"{server}_dsn")
