@@ -23,9 +23,3 @@ def sweep(name: str, default: str, soaked: str) -> str:
     """The value of one sweep's setting: ``name`` from the environment if set, else this depth's."""
     return os.environ.get(name) or (soaked if soak() else default)
 
-
-def twin_servers() -> list[str]:
-    """The servers of a scenario whose PostgreSQL 15 run takes no path of its own (the same
-    catalog queries and messages as other PostgreSQL 15 scenarios, the same logic as on 18):
-    PostgreSQL 18 by default, both in the soak run."""
-    return ["pg18", "pg15"] if soak() else ["pg18"]
