@@ -244,20 +244,17 @@ def _delta_rs_rows(path: str, columns: list[str], keys: tuple[str, ...],
     names back), canonical per column; None where Spark must read it (an object store, or a
     table feature delta-rs cannot read)."""
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import DeltaError
 
-    from walspark.spark.lake.driver_log import local_path
+    from walspark.spark.lake.driver_log import local_path, query
 
     local = local_path(path)
     if local is None:
         return None
+    select = ", ".join(f'"{c}"' for c in columns)
+    order = ", ".join(f'"{c}"' for c in keys)
     try:
-        delta = DeltaTable(local)
-        select = ", ".join(f'"{c}"' for c in columns)
-        order = ", ".join(f'"{c}"' for c in keys)
-        reader = QueryBuilder().register("t", delta).execute(f"SELECT {select} FROM t ORDER BY {order}")
-        result = pa.RecordBatchReader.from_stream(reader).read_all()
+        result = query(local, f"SELECT {select} FROM t ORDER BY {order}")
     except DeltaError:
         return None
     out = []

@@ -107,11 +107,9 @@ def log_stats(spark: SparkSession, path: str, key: Sequence[str], batch: str) ->
         spark.read.format("delta").load(path).createOrReplaceTempView("t")
         rows, distinct, last = spark.sql(sql.replace('"', "`")).first()
         return rows, distinct, last
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from walspark.spark.lake.driver_log import query
 
-    reader = QueryBuilder().register("t", DeltaTable(path.removeprefix("file:"))).execute(sql)
-    rows, distinct, last = (c[0].as_py() for c in pa.RecordBatchReader.from_stream(reader).read_all().columns)
+    rows, distinct, last = (c[0].as_py() for c in query(path.removeprefix("file:"), sql).columns)
     return rows, distinct, last
 
 

@@ -295,14 +295,13 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
 
             def pending_after_copy() -> int:
                 """Changes after the copy's point in the pending log, read with delta-rs (no Spark job)."""
-                import pyarrow as pa
-                from deltalake import DeltaTable, QueryBuilder
                 from deltalake.exceptions import DeltaError
 
+                from walspark.spark.lake.driver_log import query
+
                 try:
-                    reader = QueryBuilder().register("t", DeltaTable(pending)).execute(
-                        f'SELECT count(*) AS n FROM t WHERE "_commit_lsn" >= {since}')
-                    return int(pa.RecordBatchReader.from_stream(reader).read_all().column(0)[0].as_py())
+                    return int(query(pending, f'SELECT count(*) AS n FROM t WHERE "_commit_lsn" >= {since}')
+                               .column(0)[0].as_py())
                 except (DeltaError, OSError):  # not written yet
                     return 0
 

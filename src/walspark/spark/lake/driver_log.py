@@ -90,3 +90,13 @@ def read_columns(path: str, columns: Sequence[str]) -> pa.Table | None:
     except Exception as exc:  # noqa: BLE001
         log.debug("delta-rs cannot read the rows of %s: %s", path, exc)
         return None
+
+
+def query(path: str, sql: str) -> pa.Table:
+    """``sql`` over the local table at ``path``, registered as ``t``, through delta-rs's SQL engine
+    (which maps column-mapped names back, unlike its plain Arrow read); raises delta-rs's errors."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    reader = QueryBuilder().register("t", DeltaTable(path)).execute(sql)
+    return pa.RecordBatchReader.from_stream(reader).read_all()
