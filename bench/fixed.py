@@ -9,7 +9,8 @@ floors are measured first, in the same run, on the same host:
   (process launch → session ready, printed by the child), then, bare (PySpark + ``delta.tables``):
   writes a new Delta table of ``--rows`` rows (1,000), appends ``--changes`` rows (100) to it and
   MERGEs ``--changes`` changed rows into it, each twice (cold: the first time; warm: the second),
-  and stops (``spark.stop()`` → process exit). Then ``pg_recvlogical`` (the server's own client,
+  and stops (``spark.stop()`` → process exit); its JVM compiles as a ``--once`` run's does (C1
+  alone). Then ``pg_recvlogical`` (the server's own client,
   ``bench/e2e.py``'s, with the pgoutput options walspark asks of PostgreSQL 18) delivers
   ``--changes`` single-row updates of one table from a slot into /dev/null, process start to exit.
 * **once** — ``walspark run --once`` (``python -m walspark.cli``), a child process per run, wall
@@ -119,7 +120,8 @@ def floors_child(task: dict[str, Any]) -> None:
     """The floors' child: session start (from the process's launch), bare Delta writes, stop."""
     from walspark.spark.session import spark_session
 
-    spark = spark_session("walspark-bench-fixed-floor", master=task["master"])
+    # compiled as a --once run's JVM is (C1 alone, walspark.spark.session.jit_options): floor and case alike
+    spark = spark_session("walspark-bench-fixed-floor", master=task["master"], short_lived=True)
     figures = {"start": time.time() - task["launched"]}
     log(f"floor: SparkSession ready {figures['start']:.2f} s after the process was launched")
     from delta.tables import DeltaTable

@@ -53,7 +53,7 @@ def demo(target: Path, seconds: float, rate: float, keep_running: bool) -> None:
         say(f"PostgreSQL {server.major_version} on {server.host}:{server.port}: shop schema with existing rows")
         workload = Workload(dsn, rate=rate).start()
         say(f"workload running (~{rate:.0f} transactions/s); starting Spark with Delta Lake")
-        spark = spark_session("walspark-demo")
+        spark = spark_session("walspark-demo", short_lived=True)
         try:
             pipeline = Pipeline(spark, dsn=dsn, publication=PUBLICATION, slot=SLOT, target=str(target)).on_progress(say)
             pipeline.run_once()  # the snapshot (taken while the workload writes), then catch up

@@ -76,7 +76,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        spark = spark_session("walspark-run", master=master, conf=conf,
+        spark = spark_session("walspark-run", master=master, conf=conf, short_lived=once,
                               locations=tuple(loc for loc in (target, state) if loc))
         if owned:
             quiet_spark_errors(spark)
