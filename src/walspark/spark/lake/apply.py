@@ -44,7 +44,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from walspark.spark.lake.progress import ProgressRow
 
-from walspark.spark.lake.columns import ROW_MARKER, SCD2_DDL, lsn_literal_order
+from walspark.spark.lake.columns import ROW_MARKER, SCD2_DDL, Mode, lsn_literal_order
 from walspark.spark.lake.evolution import (
     TargetTable,
     follow_ddl,
@@ -79,7 +79,6 @@ log = logging.getLogger(__name__)
 #: pipeline applies such a table at every batch, and one warning says it all.
 _KEYLESS_WARNED: set[str] = set()
 
-Mode = Literal["scd1", "scd2"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
 
+#: How a table is applied: a mirror of its rows (SCD1) or the history of their versions (SCD2).
 Mode = Literal["scd1", "scd2"]
 
 

@@ -12,7 +12,7 @@ import logging
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -20,13 +20,12 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField
 
 
-from walspark.spark.lake.columns import CHANGE_COLUMNS, validity_struct
+from walspark.spark.lake.columns import CHANGE_COLUMNS, Mode, validity_struct
 from walspark.spark.lake.frames import OLD_SUFFIX
 from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["scd1", "scd2"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,13 +11,13 @@ import functools
 import logging
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
-from walspark.spark.lake.columns import _P, change_order, key_column, value_column
+from walspark.spark.lake.columns import _P, Mode, change_order, key_column, value_column
 from walspark.spark.lake.evolution import (
     TargetTable,
 )
@@ -25,7 +25,6 @@ from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["scd1", "scd2"]
 
 
 def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 
-from walspark.spark.lake.columns import ENVELOPE_COLUMNS
+from walspark.spark.lake.columns import ENVELOPE_COLUMNS, Mode
 from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["scd1", "scd2"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from walspark.spark.lake.progress import ProgressRow
 
 from walspark.spark.lake.apply import ApplyResult, _apply_table
+from walspark.spark.lake.columns import Mode
 from walspark.spark.lake.evolution import (
     SchemaEvolutionError,
     TargetTable,
@@ -34,7 +35,6 @@ from walspark.spark.lake.tables import table_path
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["scd1", "scd2"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import functools
 import logging
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -23,6 +23,7 @@ from walspark.spark.lake.columns import (
     _TXN_APP_ID,
     _TXN_VERSION,
     _USER_METADATA,
+    Mode,
     key_condition,
     ref,
 )
@@ -33,7 +34,6 @@ from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["scd1", "scd2"]
 
 
 # ---------------------------------------------------------------------------------------------
