@@ -52,7 +52,7 @@ def jit_options(short_lived: bool) -> str:
     Why: a fresh JVM's optimizing compiler (C2) spends its first minute compiling code that a short
     run executes a few times. In a ``walspark run --once`` applying 100 updates it took 28.6 of the
     JVM's 51 CPU-seconds; with C1 alone the run used a third less CPU and finished sooner
-    (docs/design/fixed-costs.md). A long stream or a large copy repays C2's work, so they keep it.
+    (docs/design/fixed-costs.md). A stream runs the same plans all day, which repays C2's work.
     """
     setting = os.environ.get(JIT_ENV, "").strip().lower()
     if setting not in ("", "quick", "full"):

@@ -80,7 +80,6 @@ log = logging.getLogger(__name__)
 _KEYLESS_WARNED: set[str] = set()
 
 
-
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What :func:`apply_changes` did for one table."""

@@ -27,7 +27,6 @@ from walspark.spark.lake.tables import quote
 log = logging.getLogger(__name__)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Plan of one table's batch
 
@@ -73,7 +72,6 @@ class BatchFacts:
     identities: int = 1
     #: The user's key columns for the table (``ApplyChanges.keys``), None: its replica identity.
     user_keys: tuple[str, ...] | None = None
-
 
 
 def row_fields(df: DataFrame) -> list[StructField]:

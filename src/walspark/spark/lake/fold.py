@@ -26,7 +26,6 @@ from walspark.spark.lake.tables import quote
 log = logging.getLogger(__name__)
 
 
-
 def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     """I/U/D rows with their key values (``__ws_k<i>``) and a tiebreak ``__ws_sub``.
 

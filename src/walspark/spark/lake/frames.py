@@ -22,7 +22,6 @@ from walspark.spark.lake.tables import quote
 log = logging.getLogger(__name__)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Adapters: the all-tables layout and ChangeRowBuilder batches → the per-table layout
 

@@ -36,7 +36,6 @@ from walspark.spark.lake.tables import table_path
 log = logging.getLogger(__name__)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Builder
 
@@ -60,7 +59,6 @@ def _progress_writer() -> ThreadPoolExecutor:
     if not _PROGRESS_WRITER:
         _PROGRESS_WRITER.append(ThreadPoolExecutor(1, thread_name_prefix="walspark-progress"))
     return _PROGRESS_WRITER[0]
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,6 @@ from walspark.spark.lake.tables import quote
 log = logging.getLogger(__name__)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Exactly once
 
