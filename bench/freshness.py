@@ -1,7 +1,7 @@
 """Commit-to-visible freshness at a steady write rate, change log against MERGE (`./dev bench freshness`).
 
 Why: throughput says how much walspark can carry; freshness says how old the data a reader sees
-is, which is what a CDC user feels (issue 16). The soak benchmark's writer (``bench/soak.py``)
+is, which is what a CDC user feels. The soak benchmark's writer (``bench/soak.py``)
 offers ``--rate`` changes/s (default 1,000) for ``--seconds`` (60) into ``--tables`` published tables
 (4) of ``--rows`` rows (20,000, copied by the pipeline's snapshot first): mostly updates of random
 keys setting ``at = clock_timestamp()``, 5 % inserts and 5 % deletes, ``--per-txn`` changes (50)
@@ -20,7 +20,7 @@ reader, in the benchmark's Spark session and a thread of its own, runs the fresh
 round-robin, as often as a query allows (at most every sample). Samples of the first ``--warm`` seconds (20) are left out: the first batches pay the
 query's start. The age includes up to one sample interval and the writer's gap between two
 transactions of a table, so it is an upper bound of commit → visible. Both clocks are this host's.
-Goals (issue 16): change log p95 ≤ 1.5 s and mirror p95 ≤ 5 s at 1,000 changes/s over 4 tables.
+Goals: change log p95 ≤ 1.5 s and mirror p95 ≤ 5 s at 1,000 changes/s over 4 tables.
 """
 
 from __future__ import annotations

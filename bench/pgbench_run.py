@@ -1,4 +1,4 @@
-"""The sustained scenario with PostgreSQL's own pgbench (`./dev bench e2e --only pgbench`, issue 16).
+"""The sustained scenario with PostgreSQL's own pgbench (`./dev bench e2e --only pgbench`).
 
 pgbench (shipped with the embedded server) initialises its four tables (scale ``--scale``, 1:
 100,000 accounts), all published; the pipeline copies them (its snapshot) and streams. First

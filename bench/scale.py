@@ -1,4 +1,4 @@
-"""Scale benchmark: one batch of 1,000 random-key updates into tables of 1M and 10M rows (issue 16).
+"""Scale benchmark: one batch of 1,000 random-key updates into tables of 1M and 10M rows.
 
 Run with ``./dev bench scale`` (``--rows``, default ``1000000,10000000``; ``--updates``, default
 1,000; ``--file-rows``; ``--seed``; ``--keep PATH`` to keep the tables).

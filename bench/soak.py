@@ -1,4 +1,4 @@
-"""Soak: a long steady stream, reported per window, to show what drifts (`./dev bench soak`, issue 16).
+"""Soak: a long steady stream, reported per window, to show what drifts (`./dev bench soak`).
 
 Why: a batch that takes 0.3 s in the first minutes and 0.6 s after an hour, or a table whose
 files, bookkeeping or staging only ever grow, fail a long-running pipeline slowly — no short

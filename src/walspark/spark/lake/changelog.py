@@ -1,4 +1,4 @@
-"""The change log of a table: every change as a row, appended once per micro-batch (issue 16).
+"""The change log of a table: every change as a row, appended once per micro-batch.
 
 Why: a Delta MERGE costs seconds whatever its size, an append a fraction of one. In change-log
 mode (``ApplyChanges.change_log()``, ``walspark run --change-log``) the hot path appends each

@@ -1,4 +1,4 @@
-"""Folds change logs into mirrors (SCD1) and histories (SCD2), in the background (issue 16).
+"""Folds change logs into mirrors (SCD1) and histories (SCD2), in the background.
 
 The hot path appends every micro-batch to the tables' change logs (:mod:`.changelog`); a
 :class:`Folder` thread folds each table's unfolded batches into its Delta table with the same

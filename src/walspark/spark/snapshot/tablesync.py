@@ -1,4 +1,4 @@
-"""Tables joining, leaving and being re-copied while the stream goes on (issue 14).
+"""Tables joining, leaving and being re-copied while the stream goes on.
 
 The method is PostgreSQL's table synchronisation (tablesync.c), adapted to a sink that cannot hold
 the stream back per table (docs/design/table-sync.md has the full argument):

@@ -1,4 +1,4 @@
-"""A table sync's copy in key-range chunks that survive a crash (issue 14, "huge tables").
+"""A table sync's copy in key-range chunks that survive a crash (huge tables).
 
 Why chunks by key and not by page: a copy runs inside one exported snapshot, which dies with the
 process. A copy resumed after a crash reads its remaining chunks in a *new* snapshot, so the
