@@ -4,7 +4,9 @@ One line per micro-batch (change rows, rows/s, how far the slot lags the server)
 ``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a logger. The same
 listener tells the stager that a batch reached Spark's commit log, so the slot can be confirmed.
 Spark delivers listener events for every query of the session, so only this pipeline's query
-(by name) is looked at: a notebook may run other streams beside it.
+(by name) is looked at: a notebook may run other streams beside it. Events reach listeners
+asynchronously, so a batch that started before this listener existed (an earlier run's, in the
+same session, under the same name) is not this run's and is ignored too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from walspark.pipeline.status import Tracker
 
@@ -36,6 +39,7 @@ class StreamProgress:
         self.staging = staging
         self.query_name = query_name
         self.tracker = tracker
+        self.since = datetime.now(UTC)
         progress = self
 
         class _Listener(StreamingQueryListener):
@@ -54,8 +58,8 @@ class StreamProgress:
         self.listener = _Listener()
 
     def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
-        if self.query_name is not None and getattr(progress, "name", self.query_name) != self.query_name:
-            return  # another query of the session
+        if not self.ours(progress):
+            return
         if self.staging is not None:
             try:  # the batch is in the commit log: let the stager confirm it now (note_committed_end)
                 from walspark.protocol import parse_lsn
@@ -79,6 +83,13 @@ class StreamProgress:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
                  f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
+
+    def ours(self, progress) -> bool:  # type: ignore[no-untyped-def]
+        """Whether a progress event is of this run's query: its name, and a batch begun since."""
+        if self.query_name is not None and getattr(progress, "name", self.query_name) != self.query_name:
+            return False  # another query of the session
+        started = getattr(progress, "timestamp", None)
+        return not started or datetime.fromisoformat(started) >= self.since
 
     def _lag_bytes(self, end_lsn: str) -> int:
         from walspark.source.connect import connect_sql
