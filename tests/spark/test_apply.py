@@ -288,6 +288,76 @@ def test_truncate_in_the_middle_of_a_batch(source_factory, spark, tmp_path, dele
     assert has_deletion_vectors(spark, f"{target}/public/t") is deletion_vectors  # the truncate removed whole files
 
 
+ODD_DDL = """CREATE TABLE "Odd Name" ("Key" text PRIMARY KEY, "a b" numeric(30,10), at timestamptz, arr int[],
+                                blob bytea, n int)"""
+
+
+def _odd_txn(src: Source, rnd: random.Random, batch: int) -> None:
+    """Inserts, updates, deletes and key changes of a text-keyed table with awkward names and types."""
+    keys = [f"k{batch}-{i}" for i in range(8)]
+    src.sql(*[f"""INSERT INTO "Odd Name" VALUES ('{k}', {rnd.randint(-10**9, 10**9)}.0123456789,
+                  '2024-02-29 23:59:59.999999+05:30', ARRAY[{i}, NULL], '\\x00ff', {i})""" for i, k in enumerate(keys)])
+    src.sql(f"""UPDATE "Odd Name" SET n = n + 10, "a b" = NULL WHERE "Key" = '{keys[0]}'""",
+            f"""UPDATE "Odd Name" SET "Key" = '{keys[1]}-moved' WHERE "Key" = '{keys[1]}'""",
+            f"""INSERT INTO "Odd Name" VALUES ('{keys[1]}', 1, NULL, NULL, NULL, -1)""",
+            f"""DELETE FROM "Odd Name" WHERE "Key" = '{keys[2]}'""",
+            f"""INSERT INTO "Odd Name" VALUES ('{keys[2]}', 2, NULL, '{{}}', '', -2)""")  # fmt: skip
+    if batch:
+        src.sql(f"""DELETE FROM "Odd Name" WHERE "Key" LIKE 'k{batch - 1}-%' AND n % 2 = 0""",
+                f"""UPDATE "Odd Name" SET "Key" = "Key" || '+' WHERE "Key" = 'k{batch - 1}-3'""")  # fmt: skip
+
+
+def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory, spark, tmp_path, monkeypatch,
+                                                                 deletion_vectors):  # fmt: skip
+    """The same batches through the sink twice: small plain batches merged from the driver with
+    delta-rs, and every batch through Spark's MERGE. The tables are equal to each other and to
+    the source; the driver path was taken (a delta-rs commit) except on tables with deletion
+    vectors, which it leaves to Spark; and a replay is skipped by the transaction it committed."""
+    from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
+
+    src = source_factory(WORKLOAD_DDL + ";" + ODD_DDL)
+    rnd = random.Random(31)
+    live: set[int] = set()
+    next_id = [1]
+    sinks = {"driver": ApplyChanges(str(tmp_path / "driver")).app_id("q"),
+             "spark": ApplyChanges(str(tmp_path / "spark")).app_id("q")}  # fmt: skip
+    batch_id = 0
+    for round_ in range(3):
+        for _ in range(12):
+            _random_txn(src, rnd, live, next_id)
+        _odd_txn(src, rnd, round_)
+        for df in src.drain():
+            for way, sink in sinks.items():
+                monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000" if way == "driver" else "0")
+                sink.foreach_batch(df, batch_id)
+                sink.flush()
+            last = (df, batch_id)
+            batch_id += 1
+    for table, json_cols in (("items", ("doc",)), ("pairs", ()), ("Odd Name", ())):
+        paths = {way: str(tmp_path / way / "public" / table) for way in sinks}
+        want = canon(src.rows(f'public."{table}"' if table != "Odd Name" else  # Spark shows UTC, naive
+                              """(SELECT "Key", "a b", at AT TIME ZONE 'UTC' AS at, arr, blob, n FROM "Odd Name") o"""),
+                     json_cols)  # fmt: skip
+        assert canon(delta_rows(spark, paths["driver"]), json_cols) == want
+        assert canon(delta_rows(spark, paths["spark"]), json_cols) == want
+        engines = {way: {r.engineInfo for r in spark.sql(f"DESCRIBE HISTORY delta.`{p}`").collect()}
+                   for way, p in paths.items()}  # fmt: skip
+        assert not any(e.startswith("delta-rs") for e in engines["spark"]), (table, engines)
+        assert any(e.startswith("delta-rs") for e in engines["driver"]) is not deletion_vectors, (table, engines)
+    # A replay after a crash that lost the progress rows: the delta-rs commit's transaction skips it.
+    import shutil
+
+    driver_items = str(tmp_path / "driver" / "public" / "items")
+    versions = spark.sql(f"DESCRIBE HISTORY delta.`{driver_items}`").count()
+    shutil.rmtree(tmp_path / "driver" / "_walspark" / "progress")
+    ProgressTable.forget()
+    monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000")
+    sinks["driver"].foreach_batch(*last)
+    sinks["driver"].flush()
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{driver_items}`").count() == versions
+    assert_equal(spark, src, str(tmp_path / "driver"), "public.items", ("doc",))
+
+
 def test_replayed_batch_changes_nothing(source_factory, spark, tmp_path):
     src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v int)")
     target = str(tmp_path / "lake")

@@ -47,11 +47,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField
 
     from walspark.spark.lake.progress import ProgressRow
 
+from walspark.spark.lake import driver_merge
 from walspark.spark.lake.columns import ROW_MARKER, SCD2_DDL, Mode, lsn_literal_order
 from walspark.spark.lake.evolution import (
     TargetTable,
@@ -144,11 +146,14 @@ def _apply_table(
     app_id: str,
     known: dict[str, dict[str, DataType | None]] | None = None,
     state: str | None = None,
+    arrow: pa.Table | None = None,
 ) -> tuple[ApplyResult, ProgressRow | None]:
     """Apply one table's batch (its facts already known); returns the progress row to record.
 
     Delta writes go through ``spark`` (whose session settings carry the transaction id), which
     may be another session than ``batch_df``'s: tables applied in parallel each get one.
+    ``arrow``: the same rows on the driver, when the batch was small enough to collect; a plain
+    SCD1 batch is then merged from there (:mod:`.driver_merge`), without a Spark job.
     """
     from walspark.spark.lake.identity import identity_runs, run_step
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
@@ -161,9 +166,13 @@ def _apply_table(
         return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None
     rows = batch_df
     if done is not None and done.commit_lsn is not None:
+        import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
         rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+        if arrow is not None:
+            arrow = arrow.filter(pc.greater(arrow.column("_commit_lsn"), done.commit_lsn))
+    given = rows
     fields = row_fields(batch_df)
     columnless = not fields
     if columnless:
@@ -177,6 +186,12 @@ def _apply_table(
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
+    result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
+    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
+    if arrow is not None and mode == "scd1" and rows is given and not dropped and not columnless \
+            and driver_merge.plain(facts, [f.name for f in fields]):
+        if driver_merge.apply(path, arrow, facts, [f.name for f in fields], txn_app_id(app_id, schema, name, run_step(0)), batch_id, note):
+            return result, record
     # Changes made under different replica identities are matched each on its own, run by run.
     for i, (part, part_facts) in enumerate(identity_runs(rows, facts)):
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
@@ -189,8 +204,7 @@ def _apply_table(
                 from walspark.spark.lake.apply_scd2 import apply_scd2
 
                 apply_scd2(tgt, part, part_facts, fields)
-    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
-    return ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn), record
+    return result, record
 
 
 def with_row_marker(rows: DataFrame) -> tuple[DataFrame, list[StructField]]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 from walspark.spark.lake.apply import ApplyResult, _apply_table
 from walspark.spark.lake.columns import Mode
+from walspark.spark.lake.driver_merge import collect_small
 from walspark.spark.lake.evolution import (
     SchemaEvolutionError,
     TargetTable,
@@ -250,8 +251,10 @@ class ApplyChanges:
             folder.raise_failure()  # a background fold failed: stop with its reason
         keys = lambda schema, table: self.options_for(schema, table).keys  # noqa: E731
         # Change-log mode reads the batch once, as Arrow on the driver: its facts and its appends
-        # need no further Spark job (see .driver_append); the direct mode reads it in Spark.
-        arrow = batch_df.toArrow() if folder is not None else None
+        # need no further Spark job (see .driver_append). The direct mode does too when the batch
+        # is small (its plain MERGEs are then made from the driver, see .driver_merge); a large
+        # batch is read and applied in Spark.
+        arrow = batch_df.toArrow() if folder is not None else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
         per_table = "_old" in batch_df.columns
@@ -281,8 +284,9 @@ class ApplyChanges:
                 return append_batch(session, part, batch_id, table_facts, target=self.target, app_id=self._app_id,
                                     state=self._state, known=self._known,
                                     before_reshape=lambda: folder.drain([table]), arrow=rows)  # fmt: skip
+            rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
             return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
-                                app_id=self._app_id, known=self._known, state=self._state)  # fmt: skip
+                                app_id=self._app_id, known=self._known, state=self._state, arrow=rows)  # fmt: skip
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
         workers = min(self._parallelism, len(tables))

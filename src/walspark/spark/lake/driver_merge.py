@@ -1,0 +1,214 @@
+"""A small SCD1 batch of one table applied from the driver with delta-rs: no Spark job.
+
+Why: a MERGE through Spark costs a batch about eight jobs per table (Delta's snapshot, the
+join, the rewrite, the commit): ~3 s per table on the 2-core host once warm, ~9 s in a fresh JVM,
+whatever the number of changes. A batch of a few hundred changes is on the driver in one job for
+every table of the batch (:func:`collect_small`), and delta-rs merges it into the table and
+commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta table.
+
+What goes this way: the SCD1 batches whose MERGE is the plain one — a replica identity key, no
+TRUNCATE, no unchanged TOAST value, one replica identity, no column to add, drop or rename
+(:func:`plain`), of a local table whose protocol delta-rs writes exactly (:func:`writable`:
+column mapping yes, deletion vectors or change data feed no). Everything else, and any table
+delta-rs refuses, goes through Spark's MERGE as before: the two paths produce the same table
+(tests/spark/test_driver_merge.py holds them equal).
+
+Exactly once: the commit carries the same transaction (app id and batch id) as Spark's MERGE
+would, so a replayed batch is skipped whichever path wrote it first, and a failure that leaves
+no such transaction hands the batch to Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from walspark.spark.lake.facts import BatchFacts
+
+from walspark.spark.lake.columns import _P, key_column
+from walspark.spark.lake.driver_log import local_path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DRIVER_MERGE_ROWS", "apply", "collect_small", "fold", "plain", "writable"]
+
+#: Most change rows a batch may have to be applied from the driver (default 10,000); ``0``: never.
+DRIVER_MERGE_ROWS = "WALSPARK_DRIVER_MERGE_ROWS"
+_DEFAULT_ROWS = 10_000
+
+#: Protocol features delta-rs writes as Spark does. Deletion vectors are not among them: a
+#: rewrite that did not honour a file's vector would bring deleted rows back.
+_SAFE_FEATURES = frozenset({"columnMapping", "timestampNtz", "appendOnly", "invariants"})
+#: Table properties whose writes delta-rs does not make as Spark would.
+_UNSAFE_PROPERTIES = ("delta.enableDeletionVectors", "delta.enableChangeDataFeed", "delta.enableTypeWidening")
+
+_refused: set[str] = set()
+_lock = threading.Lock()
+
+
+def row_limit() -> int:
+    try:
+        return max(int(os.environ.get(DRIVER_MERGE_ROWS, _DEFAULT_ROWS)), 0)
+    except ValueError:
+        return _DEFAULT_ROWS
+
+
+def collect_small(batch_df: DataFrame, target: str) -> pa.Table | None:
+    """The batch as Arrow on the driver if it is small enough to be applied from there (one Spark
+    job, which stops reading past the limit); None: apply it through Spark."""
+    limit = row_limit()
+    if not limit or local_path(target) is None:
+        return None
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        return None
+    arrow = batch_df.limit(limit + 1).toArrow()
+    return arrow if arrow.num_rows <= limit else None
+
+
+def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
+    """Whether the table's batch needs nothing but the plain MERGE (see the module docstring)."""
+    return (bool(facts.keys) and facts.replica_keys and not facts.truncates and not facts.unchanged
+            and not facts.moved_unchanged and facts.identities == 1 and set(facts.keys) != set(names)
+            and not any(n.startswith(_P) or '"' in n for n in names))  # fmt: skip
+
+
+def writable(table) -> bool:  # type: ignore[no-untyped-def]
+    """Whether delta-rs writes this table (a ``deltalake.DeltaTable``) exactly as Spark would."""
+    protocol = table.protocol()
+    features = set(protocol.writer_features or ()) | set(protocol.reader_features or ())
+    if protocol.min_writer_version > 7 or not features <= _SAFE_FEATURES:
+        return False
+    config = table.metadata().configuration
+    return not any(config.get(p, "false").lower() == "true" for p in _UNSAFE_PROPERTIES)
+
+
+def _key_types_ok(rows: pa.Table, keys: Sequence[str]) -> bool:
+    """Key types whose Python values compare as Spark's grouping does (no float: NaN, -0.0)."""
+    import pyarrow.types as t
+
+    kinds = (t.is_integer, t.is_string, t.is_large_string, t.is_decimal, t.is_date, t.is_timestamp,
+             t.is_boolean, t.is_binary, t.is_large_binary)  # fmt: skip
+    return all(any(k(rows.schema.field(c).type) for k in kinds) for c in keys)
+
+
+def fold(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
+    """The SCD1 fold of a plain batch (:func:`plain`) on Arrow: the last change per key.
+
+    Changes in commit order (``_commit_lsn``, ``_seq``); a delete's key is in ``_old``; an update
+    that changed the key also deletes its old key just before it (so a later insert of the old
+    key wins again). Output: ``__ws_k<i>`` (the key matched), ``__ws_op`` and the row's
+    columns — what :func:`.writes.merge_scd1` gets from :func:`.fold.fold_last_per_key` when
+    nothing is unchanged. Values are taken from the rows, never rebuilt through Python.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ops = rows.column("_op").to_pylist()
+    lsns = rows.column("_commit_lsn").to_pylist()
+    seqs = rows.column("_seq").to_pylist()
+    new = list(zip(*[rows.column(k).to_pylist() for k in keys], strict=True))
+    old_struct = rows.column("_old")
+    olds = pc.is_valid(old_struct).to_pylist()
+    old = list(zip(*[pc.struct_field(old_struct, k).to_pylist() for k in keys], strict=True))
+    last: dict[tuple, tuple[tuple, int, bool, str]] = {}  # key → (order, row, key from _old, op)
+    for i, op in enumerate(ops):
+        if op not in ("I", "U", "D"):
+            continue
+        if op == "U" and olds[i] and old[i] != new[i]:  # the row left its old key
+            _last(last, old[i], ((lsns[i], seqs[i], 0), i, True, "D"))
+        key, from_old = (old[i], True) if op == "D" else (new[i], False)
+        _last(last, key, ((lsns[i], seqs[i], 1), i, from_old, op))
+    chosen = sorted(last.values())
+    index = pa.array([c[1] for c in chosen], pa.int64())
+    from_old = pa.array([c[2] for c in chosen], pa.bool_())
+    taken = rows.take(index)
+    old_taken = taken.column("_old").combine_chunks()
+    columns = {
+        key_column(i): pc.if_else(from_old, pc.struct_field(old_taken, k), taken.column(k).combine_chunks())
+        for i, k in enumerate(keys)
+    }
+    columns[f"{_P}op"] = pa.array([c[3] for c in chosen], pa.string())
+    for n in names:
+        columns[n] = taken.column(n)
+    return pa.table(columns)
+
+
+def _last(last: dict, key: tuple, change: tuple) -> None:  # type: ignore[type-arg]
+    if key not in last or last[key][0] < change[0]:
+        last[key] = change
+
+
+def _quote(name: str) -> str:
+    return f'"{name}"'
+
+
+def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], app_id: str, version: int,
+          note: str) -> bool:  # fmt: skip
+    """Apply one table's plain batch (its rows in the per-table layout) from the driver, in one
+    commit carrying the transaction (``app_id``, ``version``) and ``note``. True: applied, or
+    applied before; False: nothing was written, the batch is Spark's to apply."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    local = local_path(path)
+    if local is None or path in _refused or not _key_types_ok(rows, facts.keys):
+        return False
+    try:
+        table = DeltaTable(local)
+        if not writable(table):
+            return _refuse(path, "a table feature delta-rs does not write as Spark does")
+        done = table.transaction_version(app_id)
+        if done is not None and done >= version:
+            return True
+        types = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
+        if set(types) != set(names):
+            return False
+    except Exception as exc:  # noqa: BLE001 - Spark answers whatever delta-rs cannot
+        return _refuse(path, str(exc))
+    properties = CommitProperties(app_transactions=[Transaction(app_id, version)],
+                                  custom_metadata={"userMetadata": note})  # fmt: skip
+    try:
+        if facts.inserts == facts.rows:  # only inserts: an append (see .writes.append_inserts)
+            inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(list(names))
+            write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in names])), mode="append",
+                            commit_properties=properties)  # fmt: skip
+            return True
+        source = fold(rows, facts.keys, names)
+        source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
+                                        (f"{_P}op", pa.string()), *[(n, types[n]) for n in names]]))  # fmt: skip
+        columns = {_quote(n): f"s.{_quote(n)}" for n in names}
+        on = " AND ".join(f"t.{_quote(k)} = s.{_quote(key_column(i))}" for i, k in enumerate(facts.keys))
+        op = f"s.{_quote(_P + 'op')}"
+        (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
+         .when_matched_delete(f"{op} = 'D'")
+         .when_matched_update(columns, f"{op} <> 'D'")
+         .when_not_matched_insert(columns, f"{op} <> 'D'")
+         .execute())  # fmt: skip
+        return True
+    except Exception as exc:  # noqa: BLE001
+        try:  # committed before it failed? the transaction says
+            done = DeltaTable(local).transaction_version(app_id)
+        except Exception:  # noqa: BLE001
+            done = None
+        if done is not None and done >= version:
+            return True
+        return _refuse(path, str(exc))
+
+
+def _refuse(path: str, reason: str) -> bool:
+    with _lock:
+        if path in _refused:
+            return False
+        _refused.add(path)
+    log.info("%s: applied through Spark's MERGE (delta-rs: %s)", path, reason.splitlines()[0] if reason else "?")
+    return False
