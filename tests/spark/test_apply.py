@@ -326,6 +326,10 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
         for _ in range(12):
             _random_txn(src, rnd, live, next_id)
         _odd_txn(src, rnd, round_)
+        if round_ == 1:  # delta-rs writes checkpoints too (at its commits), which Spark must read
+            for table in ("items", "pairs", "Odd Name"):
+                spark.sql(f"ALTER TABLE delta.`{tmp_path / 'driver' / 'public' / table}` "
+                          "SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")  # fmt: skip
         for df in src.drain():
             for way, sink in sinks.items():
                 monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000" if way == "driver" else "0")
@@ -344,6 +348,7 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
                    for way, p in paths.items()}  # fmt: skip
         assert not any(e.startswith("delta-rs") for e in engines["spark"]), (table, engines)
         assert any(e.startswith("delta-rs") for e in engines["driver"]) is not deletion_vectors, (table, engines)
+        assert list((tmp_path / "driver" / "public" / table / "_delta_log").glob("*.checkpoint.parquet"))
     # A replay after a crash that lost the progress rows: the delta-rs commit's transaction skips it.
     import shutil
 

@@ -179,8 +179,9 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
                                   custom_metadata={"userMetadata": note})  # fmt: skip
     try:
         if facts.inserts == facts.rows:  # only inserts: an append (see .writes.append_inserts)
-            inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(list(names))
-            write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in names])), mode="append",
+            columns = list(types)  # the table's order
+            inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(columns)
+            write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
             return True
         source = fold(rows, facts.keys, names)
