@@ -322,14 +322,14 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
     sinks = {"driver": ApplyChanges(str(tmp_path / "driver")).app_id("q"),
              "spark": ApplyChanges(str(tmp_path / "spark")).app_id("q")}  # fmt: skip
     batch_id = 0
-    for round_ in range(3):
+    for round_ in range(2):
         for _ in range(12):
             _random_txn(src, rnd, live, next_id)
         _odd_txn(src, rnd, round_)
         if round_ == 1:  # delta-rs writes checkpoints too (at its commits), which Spark must read
             for table in ("items", "pairs", "Odd Name"):
                 spark.sql(f"ALTER TABLE delta.`{tmp_path / 'driver' / 'public' / table}` "
-                          "SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")  # fmt: skip
+                          "SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")  # fmt: skip
         for df in src.drain():
             for way, sink in sinks.items():
                 monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000" if way == "driver" else "0")
