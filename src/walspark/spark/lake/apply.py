@@ -188,10 +188,11 @@ def _apply_table(
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
     result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
+    names = [f.name for f in fields]
     if arrow is not None and mode == "scd1" and rows is given and not dropped and not columnless \
-            and driver_merge.plain(facts, [f.name for f in fields]):
-        if driver_merge.apply(path, arrow, facts, [f.name for f in fields], txn_app_id(app_id, schema, name, run_step(0)), batch_id, note):
-            return result, record
+            and driver_merge.plain(facts, names) \
+            and driver_merge.apply(path, arrow, facts, names, txn_app_id(app_id, schema, name, run_step(0)), batch_id, note):
+        return result, record
     # Changes made under different replica identities are matched each on its own, run by run.
     for i, (part, part_facts) in enumerate(identity_runs(rows, facts)):
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)

@@ -11,7 +11,8 @@ TRUNCATE, no unchanged TOAST value, one replica identity, no column to add, drop
 (:func:`plain`), of a local table whose protocol delta-rs writes exactly (:func:`writable`:
 column mapping yes, deletion vectors or change data feed no). Everything else, and any table
 delta-rs refuses, goes through Spark's MERGE as before: the two paths produce the same table
-(tests/spark/test_driver_merge.py holds them equal).
+(tests/spark/test_apply.py::test_small_batches_merged_from_the_driver_equal_spark_merges
+holds them equal).
 
 Exactly once: the commit carries the same transaction (app id and batch id) as Spark's MERGE
 would, so a replayed batch is skipped whichever path wrote it first, and a failure that leaves
@@ -85,7 +86,7 @@ def writable(table) -> bool:  # type: ignore[no-untyped-def]
     """Whether delta-rs writes this table (a ``deltalake.DeltaTable``) exactly as Spark would."""
     protocol = table.protocol()
     features = set(protocol.writer_features or ()) | set(protocol.reader_features or ())
-    if protocol.min_writer_version > 7 or not features <= _SAFE_FEATURES:
+    if not features <= _SAFE_FEATURES:
         return False
     config = table.metadata().configuration
     return not any(config.get(p, "false").lower() == "true" for p in _UNSAFE_PROPERTIES)
