@@ -468,3 +468,50 @@ def test_generated_columns_are_not_copied_before_18(spark, pg15_dsn: str, tmp_pa
         result = run_snapshot(spark, pg15_dsn, "pub", "snap_gen15", str(tmp_path))
     frame = spark.read.format("delta").load(result.tables[0].path)
     assert frame.columns == ["id", "a"] and sorted(r.id for r in frame.collect()) == list(range(4, 11))
+
+
+def _strip_mapping(value: Any) -> Any:
+    """A Delta schema without column mapping's per-table ids and physical names."""
+    if isinstance(value, dict):
+        return {k: _strip_mapping(v) for k, v in value.items() if not k.startswith("delta.columnMapping.")}
+    if isinstance(value, list):
+        return [_strip_mapping(v) for v in value]
+    return value
+
+
+def _log_facts(path: str) -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    first = [json.loads(line) for line in (Path(path) / "_delta_log" / f"{0:020}.json").read_text().splitlines()]
+    [info] = [e["commitInfo"] for e in first if "commitInfo" in e]
+    return {"engine": info.get("engineInfo", ""), "protocol": table.protocol(),
+            "configuration": table.metadata().configuration,
+            "schema": _strip_mapping(json.loads(table.schema().to_json()))}
+
+
+def test_small_tables_copied_from_the_driver_equal_spark_copies(spark, pg18_dsn: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small table is written by delta-rs from the driver exactly as Spark's CREATE TABLE AS
+    SELECT writes it (schema with the columns' catalog facts, protocol, properties, rows); a
+    table with a type delta-rs would protect differently (timestamp without time zone) is
+    left to Spark."""
+    from walspark.spark.snapshot.driver_copy import DRIVER_SNAPSHOT
+
+    with _conn(pg18_dsn) as conn:
+        conn.execute(MANY_TYPES)
+        conn.execute('CREATE TABLE "Plain Types" AS SELECT * FROM "Many Types"')
+        conn.execute('ALTER TABLE "Plain Types" DROP COLUMN ts, ADD PRIMARY KEY (id)')  # attnums with a gap
+        conn.execute('CREATE PUBLICATION pub FOR TABLE "Many Types", "Plain Types"')
+        run_snapshot(spark, pg18_dsn, "pub", "snap_driver", str(tmp_path / "driver"))
+        monkeypatch.setenv(DRIVER_SNAPSHOT, "0")
+        run_snapshot(spark, pg18_dsn, "pub", "snap_spark", str(tmp_path / "spark"))
+        expected = {t: _expected_arrow(conn, "public", t, "id") for t in ("Many Types", "Plain Types")}
+    for table, engine in (("Plain Types", "delta-rs"), ("Many Types", "Apache-Spark")):
+        ours, theirs = (_log_facts(str(tmp_path / side / "public" / table)) for side in ("driver", "spark"))
+        assert ours["engine"].startswith(engine) and theirs["engine"].startswith("Apache-Spark")
+        assert ours["protocol"] == theirs["protocol"]
+        assert ours["configuration"] == theirs["configuration"]
+        assert ours["schema"] == theirs["schema"]
+        for side in ("driver", "spark"):
+            _same(_delta_arrow(spark, str(tmp_path / side / "public" / table), "id"), expected[table])

@@ -17,7 +17,9 @@ streamed from the slot — no gap, no duplicate. So:
    one task), and run one Spark job (the ``pgsnapshot`` data source, one task per range; each
    task imports the snapshot and runs a binary ``COPY``) writing the Delta table at
    ``<target>/<schema>/<table>`` with ``CREATE OR REPLACE TABLE ... AS SELECT``: one atomic
-   commit, column mapping on, whatever was there before is replaced;
+   commit, column mapping on, whatever was there before is replaced. A small table new to the
+   target is read and written from the driver instead, where delta-rs writes it as Spark would
+   (:mod:`walspark.spark.snapshot.driver_copy`);
 5. close the exporting connection as soon as the last job finished;
 6. only then rewrite ``snapshot.json`` as "complete (consistent point, tables)".
 
@@ -546,23 +548,31 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
     and its rows one atomic Delta commit: a failed job leaves the previous version in place.
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
+    A small table new to the target is copied from the driver instead (:mod:`.driver_copy`).
     """
+    from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, sql_string
+
+    properties = table_properties(plan, spark)
+    started = time.monotonic()
     if plan.columnless_rows is not None:
         from walspark.spark.lake.columns import ROW_MARKER
         from walspark.spark.lake.tables import quote
 
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
+        from walspark.spark.snapshot import driver_copy
+
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
+        copied = driver_copy.copy(source, path, properties, own_properties={ATTNUMS_PROPERTY})
+        if copied is not None:
+            return _done(plan, path, copied, started, progress)
+        register_snapshot_source(spark)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
-    from walspark.spark.lake.evolution import sql_string
-
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan, spark).items())
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
-    started = time.monotonic()
     sc.setJobGroup(group, f"walspark snapshot of {plan.qualified}", interruptOnCancel=True)
     try:
         with _watch(spark, group, plan, progress, started, poll_interval):
@@ -571,7 +581,11 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         spark.catalog.dropTempView(view)
-    rows = _written_rows(spark, path)
+    return _done(plan, path, _written_rows(spark, path), started, progress)
+
+
+def _done(plan: TablePlan, path: str, rows: int, started: float, progress: ProgressCallback | None) -> TableSnapshot:
+    """The result of a table's copy, said to ``progress`` as its last report."""
     elapsed = time.monotonic() - started
     result = TableSnapshot(plan.schema, plan.table, path, rows, len(plan.ranges), elapsed)
     if progress is not None:
@@ -631,7 +645,6 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     validate_slot_name(slot)
     if not publication_list(publication):
         raise SnapshotError("a snapshot needs at least one publication name")
-    register_snapshot_source(spark)
     parallelism = parallelism or spark.sparkContext.defaultParallelism
 
     previous = read_record(target, state)

@@ -44,7 +44,8 @@ from pyspark.sql.types import StructType
 
 from walspark import compiled
 
-__all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSource", "register", "copy_query"]
+__all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSource", "register", "copy_query",
+           "read_range", "source_schema"]
 
 #: Rows per Arrow batch a task yields: big enough to amortise per-batch costs, small enough that
 #: a task's memory stays a few tens of MB whatever the partition size.
@@ -374,19 +375,33 @@ def fixed_width_array(raw: pa.BinaryArray, oid: int, arrow_type: pa.DataType) ->
     return arr
 
 
+def _registry(plan: SnapshotSourcePlan) -> Any:
+    from walspark.values import TypeRegistry, register_catalog_rows
+
+    registry = TypeRegistry()
+    if plan.catalog:
+        register_catalog_rows(registry, plan.catalog)
+    return registry
+
+
+def source_schema(plan: SnapshotSourcePlan) -> pa.Schema:
+    """The Arrow schema of the batches :func:`read_range` yields for ``plan`` (the source's
+    Spark schema is :func:`walspark.values.spark_schema` of it)."""
+    from walspark.values import arrow_schema
+
+    return arrow_schema(plan.columns, _registry(plan), binary=plan.binary)
+
+
 class _Decoder:
     """Column-wise decoding of rows of raw field values into Arrow record batches."""
 
     def __init__(self, plan: SnapshotSourcePlan) -> None:
-        from walspark.values import TypeRegistry, arrow_schema, column_codecs, register_catalog_rows
+        from walspark.values import column_codecs
 
-        registry = TypeRegistry()
-        if plan.catalog:
-            register_catalog_rows(registry, plan.catalog)
         self.names = [c[0] for c in plan.columns]
         self.binary = plan.binary
-        self.codecs = column_codecs(plan.columns, registry, binary=plan.binary)
-        self.schema = arrow_schema(plan.columns, registry, binary=plan.binary)
+        self.codecs = column_codecs(plan.columns, _registry(plan), binary=plan.binary)
+        self.schema = source_schema(plan)
         self.as_text = [not plan.binary or oid in TEXT_TRANSFER_TYPES for _, oid, _ in plan.columns]
 
     def batch_from_copy(self, chunks: list[bytes]) -> pa.RecordBatch:
@@ -507,13 +522,9 @@ class PgSnapshotDataSource(DataSource):
         return SnapshotSourcePlan.from_json(text)
 
     def schema(self) -> StructType:
-        from walspark.values import TypeRegistry, register_catalog_rows, spark_schema
+        from walspark.values import spark_schema
 
-        plan = self._plan()
-        registry = TypeRegistry()
-        if plan.catalog:
-            register_catalog_rows(registry, plan.catalog)
-        return spark_schema(plan.columns, registry, binary=plan.binary)
+        return spark_schema(source_schema(self._plan()))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(self._plan())

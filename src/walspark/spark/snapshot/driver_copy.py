@@ -1,0 +1,127 @@
+"""A small table of the initial snapshot copied from the driver with delta-rs: no Spark job.
+
+Why: the Spark path of a table's copy (:func:`.initial.write_table`) is a query per table —
+the Python data source's planning worker, a task, a Parquet writer in the JVM and a Delta
+commit — about 2 s per table once Spark is warm and 8 s for the first, whatever the rows. A
+table PostgreSQL reads in one task anyway (under :data:`.initial.SMALL_TABLE_ROWS`) is read on
+the driver by the same code the task runs (:func:`.snapshot_source.read_range`: the exported
+snapshot, a binary COPY, the column decoders) and written by delta-rs in tens of milliseconds.
+
+What goes this way: a table planned as one whole-relation range per relation, to a local
+target where no Delta table is yet (``CREATE OR REPLACE`` of an existing one stays Spark's),
+with walspark's plain table properties (column mapping by name, no deletion vectors), and whose
+Delta schema delta-rs writes exactly as Spark's ``CREATE TABLE ... AS SELECT`` would: the same
+field types, nullability and ``pg.*`` metadata (:func:`same_schema`), and a type that needs no
+table feature (``timestamp_ntz`` does: delta-rs would not list column mapping beside it).
+Everything else is copied by Spark as before; tests/spark/test_snapshot.py holds the two
+paths' tables equal (schema, protocol, properties and rows).
+
+Two commits instead of one: delta-rs takes only ``delta.*`` properties when it creates a table,
+so walspark's own (the columns' attnums) follow as a property change. A crash between them
+leaves the snapshot record "in progress", and the rerun replaces the table through Spark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from walspark.spark.lake.driver_log import local_path
+from walspark.spark.lake.tables import TABLE_PROPERTIES, is_delta_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DRIVER_SNAPSHOT", "copy", "same_schema"]
+
+#: ``0`` turns driver copies off (every table of a snapshot is copied by a Spark query).
+DRIVER_SNAPSHOT = "WALSPARK_DRIVER_SNAPSHOT"
+
+#: Delta types delta-rs writes under the protocol Spark gives the table (reader 2, writer 5).
+_PLAIN_TYPES = frozenset({"byte", "short", "integer", "long", "float", "double", "string", "binary", "boolean",
+                          "date", "timestamp"})  # fmt: skip
+#: Properties delta-rs must not set itself: Spark turns them into the protocol.
+_PROTOCOL_PROPERTIES = ("delta.minReaderVersion", "delta.minWriterVersion")
+
+
+def _plain_type(t: Any) -> bool:
+    if isinstance(t, str):
+        return t in _PLAIN_TYPES or t.startswith("decimal(")
+    kind = t.get("type")
+    if kind == "array":
+        return _plain_type(t["elementType"])
+    if kind == "map":
+        return _plain_type(t["keyType"]) and _plain_type(t["valueType"])
+    if kind == "struct":
+        return all(_plain_type(f["type"]) for f in t["fields"])
+    return False
+
+
+def same_schema(arrow: pa.Schema, spark_json: Mapping[str, Any]) -> bool:
+    """Whether delta-rs makes of ``arrow`` the Delta schema Spark makes of ``spark_json`` (a
+    ``StructType.jsonValue()``), in plain types only (see the module docstring)."""
+    from deltalake import Schema
+
+    try:
+        ours = json.loads(Schema.from_arrow(arrow).to_json())
+    except Exception:  # noqa: BLE001 - a type delta-rs does not take (an interval as duration...)
+        return False
+    return ours == dict(spark_json) and all(_plain_type(f["type"]) for f in ours["fields"])
+
+
+def _eligible(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str], extra: set[str]) -> bool:
+    if os.environ.get(DRIVER_SNAPSHOT, "1") == "0" or local_path(path) is None:
+        return False
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        return False
+    whole = all(r.start == 0 and r.end is None and not r.keys for r in source.ranges)
+    known = set(TABLE_PROPERTIES) | extra
+    plain = set(properties) <= known and all(properties[k] == v for k, v in TABLE_PROPERTIES.items())
+    return whole and plain and not is_delta_table(path)
+
+
+def copy(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str], *,
+         own_properties: set[str]) -> int | None:
+    """Copy the table of ``source`` into a new Delta table at ``path`` from the driver; returns
+    the rows written, or None when the table is Spark's to copy (nothing was written).
+
+    ``properties`` are the table's: ``TABLE_PROPERTIES`` and ``own_properties`` (walspark's keys).
+    """
+    if not _eligible(source, path, properties, own_properties):
+        return None
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from walspark.spark.snapshot.snapshot_source import read_range, source_schema
+    from walspark.values import spark_schema
+
+    schema = source_schema(source)
+    if not same_schema(schema, spark_schema(schema).jsonValue()):
+        log.debug("%s: copied by Spark (its Delta schema is not one delta-rs writes as Spark does)", path)
+        return None
+    counted = [0]
+
+    def batches():  # type: ignore[no-untyped-def]
+        for batch in itertools.chain.from_iterable(read_range(source, r) for r in source.ranges):
+            counted[0] += batch.num_rows
+            yield batch
+
+    local = local_path(path)
+    assert local is not None
+    delta = {k: v for k, v in properties.items() if k.startswith("delta.") and k not in _PROTOCOL_PROPERTIES}
+    own = {k: v for k, v in properties.items() if not k.startswith("delta.")}
+    write_deltalake(local, pa.RecordBatchReader.from_batches(schema, batches()), mode="error",
+                    configuration=delta)
+    if own:
+        DeltaTable(local).alter.set_table_properties(own, raise_if_not_exists=False)
+    return counted[0]
