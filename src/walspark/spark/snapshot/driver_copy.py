@@ -27,7 +27,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.driver_log import local_path
@@ -36,11 +36,11 @@ from walspark.spark.lake.tables import TABLE_PROPERTIES, is_delta_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan
+    from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DRIVER_SNAPSHOT", "copy", "same_schema"]
+__all__ = ["DRIVER_SNAPSHOT", "can_create", "copy", "create", "enabled", "plain_schema", "read", "same_schema"]
 
 #: ``0`` turns driver copies off (every table of a snapshot is copied by a Spark query).
 DRIVER_SNAPSHOT = "WALSPARK_DRIVER_SNAPSHOT"
@@ -77,51 +77,72 @@ def same_schema(arrow: pa.Schema, spark_json: Mapping[str, Any]) -> bool:
     return ours == dict(spark_json) and all(_plain_type(f["type"]) for f in ours["fields"])
 
 
-def _eligible(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str], extra: set[str]) -> bool:
+def enabled(path: str) -> bool:
+    """Whether delta-rs may write the table at ``path`` from the driver (local, installed, not
+    turned off with :data:`DRIVER_SNAPSHOT`)."""
     if os.environ.get(DRIVER_SNAPSHOT, "1") == "0" or local_path(path) is None:
         return False
     try:
         import deltalake  # noqa: F401
     except ImportError:
         return False
-    whole = all(r.start == 0 and r.end is None and not r.keys for r in source.ranges)
-    known = set(TABLE_PROPERTIES) | extra
-    plain = set(properties) <= known and all(properties[k] == v for k, v in TABLE_PROPERTIES.items())
-    return whole and plain and not is_delta_table(path)
+    return True
 
 
-def copy(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str], *,
-         own_properties: set[str]) -> int | None:
-    """Copy the table of ``source`` into a new Delta table at ``path`` from the driver; returns
-    the rows written, or None when the table is Spark's to copy (nothing was written).
-
-    ``properties`` are the table's: ``TABLE_PROPERTIES`` and ``own_properties`` (walspark's keys).
-    """
-    if not _eligible(source, path, properties, own_properties):
-        return None
-    import pyarrow as pa
-    from deltalake import DeltaTable, write_deltalake
-
-    from walspark.spark.snapshot.snapshot_source import read_range, source_schema
+def plain_schema(schema: pa.Schema) -> bool:
+    """Whether delta-rs writes ``schema`` (a source's Arrow schema) as Spark does (:func:`same_schema`)."""
     from walspark.values import spark_schema
 
-    schema = source_schema(source)
-    if not same_schema(schema, spark_schema(schema).jsonValue()):
-        log.debug("%s: copied by Spark (its Delta schema is not one delta-rs writes as Spark does)", path)
-        return None
-    counted = [0]
+    return same_schema(schema, spark_schema(schema).jsonValue())
 
-    def batches():  # type: ignore[no-untyped-def]
-        for batch in itertools.chain.from_iterable(read_range(source, r) for r in source.ranges):
-            counted[0] += batch.num_rows
-            yield batch
+
+def can_create(path: str, schema: pa.Schema, properties: Mapping[str, str]) -> bool:
+    """Whether :func:`create` makes the new table at ``path`` as Spark's ``CREATE TABLE AS
+    SELECT`` would: walspark's plain properties, a plain schema, no table there yet."""
+    from walspark.spark.lake.evolution import ATTNUMS_PROPERTY
+
+    plain = (set(properties) <= set(TABLE_PROPERTIES) | {ATTNUMS_PROPERTY}
+             and all(properties.get(k) == v for k, v in TABLE_PROPERTIES.items()))  # fmt: skip
+    return enabled(path) and plain and plain_schema(schema) and not is_delta_table(path)
+
+
+def create(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch], properties: Mapping[str, str]) -> int:
+    """Create the Delta table at ``path`` holding ``batches`` (checked by :func:`can_create`);
+    returns its version (1 when walspark's own properties followed the data, else 0)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
 
     local = local_path(path)
     assert local is not None
     delta = {k: v for k, v in properties.items() if k.startswith("delta.") and k not in _PROTOCOL_PROPERTIES}
     own = {k: v for k, v in properties.items() if not k.startswith("delta.")}
-    write_deltalake(local, pa.RecordBatchReader.from_batches(schema, batches()), mode="error",
-                    configuration=delta)
-    if own:
-        DeltaTable(local).alter.set_table_properties(own, raise_if_not_exists=False)
-    return counted[0]
+    # Read in full before delta-rs writes: a Python-backed reader pulled from delta-rs's runtime
+    # in several threads at once hung it (four tables' snapshots, all four writes waiting).
+    rows = pa.Table.from_batches(list(batches), schema)
+    write_deltalake(local, rows, mode="error", configuration=delta)
+    if not own:
+        return 0
+    table = DeltaTable(local)
+    table.alter.set_table_properties(own, raise_if_not_exists=False)
+    return table.version()
+
+
+def read(source: SnapshotSourcePlan, ranges: Sequence[CtidRange] | None = None) -> Iterator[pa.RecordBatch]:
+    """The rows of ``ranges`` (default: all of ``source``'s) read on the driver, as the tasks read them."""
+    from walspark.spark.snapshot.snapshot_source import read_range
+
+    return itertools.chain.from_iterable(read_range(source, r) for r in (source.ranges if ranges is None else ranges))
+
+
+def copy(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str]) -> int | None:
+    """Copy the table of ``source`` into a new Delta table at ``path`` from the driver; returns
+    the rows written, or None when the table is Spark's to copy (nothing was written)."""
+    from walspark.spark.snapshot.snapshot_source import source_schema
+
+    schema = source_schema(source)
+    whole = all(r.start == 0 and r.end is None and not r.keys for r in source.ranges)
+    if not whole or not can_create(path, schema, properties):
+        return None
+    batches = list(read(source))
+    create(path, schema, batches, properties)
+    return sum(b.num_rows for b in batches)

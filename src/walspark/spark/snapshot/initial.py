@@ -550,7 +550,7 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     A small table new to the target is copied from the driver instead (:mod:`.driver_copy`).
     """
-    from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, sql_string
+    from walspark.spark.lake.evolution import sql_string
 
     properties = table_properties(plan, spark)
     started = time.monotonic()
@@ -563,7 +563,7 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
         from walspark.spark.snapshot import driver_copy
 
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
-        copied = driver_copy.copy(source, path, properties, own_properties={ATTNUMS_PROPERTY})
+        copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)
         register_snapshot_source(spark)

@@ -18,6 +18,8 @@ How a copy proceeds (:func:`copy_in_chunks`):
    recorded in the plan: chunks are the commits after it).
 3. **Waves**: chunks are copied ``parallelism`` at a time, one Spark job and one Delta append per
    wave, each commit tagged with ``userMetadata`` = ``walspark-copy {gen, plan, lsn, chunks}``.
+   A small local table (under :data:`.initial.SMALL_TABLE_ROWS`) is created, read and appended
+   from the driver with delta-rs instead (:mod:`.driver_copy`), in the same waves and commits.
    The Delta log is the record of what is done: a crash between a commit and any bookkeeping
    of ours loses nothing, and a resumed copy reads the table's history to skip those chunks.
 4. **Done**: the committed waves give ``since`` (the last C) and, when several snapshots hold
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import threading
@@ -48,9 +51,12 @@ from walspark.spark.snapshot.snapshot_source import CtidRange, _range
 from walspark.storage import Location
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from walspark.spark.snapshot.initial import TablePlan
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CopyOutcome", "copy_in_chunks", "truncated_within", "without_copied"]
 
@@ -203,26 +209,47 @@ def plan_chunks(conn: Any, plan: TablePlan, *, parallelism: int, partition_rows:
 
 def committed_waves(spark: SparkSession, path: str, saved: CopyPlan) -> list[Wave]:
     """The waves of ``saved`` that the Delta table holds (its history after the copy's start)."""
-    from delta.tables import DeltaTable
-
     if saved.start_version is None:
         return []
-    history = (DeltaTable.forPath(spark, path).history().where(f"version > {int(saved.start_version)}")
-               .select("version", "userMetadata", "operationMetrics").collect())  # fmt: skip
     waves = []
-    for row in history:
-        text = row["userMetadata"] or ""
+    for version, text, metrics in _history(spark, path, saved.start_version):
         if not text.startswith(METADATA_PREFIX):
             continue
         meta = json.loads(text[len(METADATA_PREFIX):])
         if meta.get("gen") == saved.gen and meta.get("plan") == saved.plan_id:
-            rows = int((row["operationMetrics"] or {}).get("numOutputRows", 0))
-            waves.append(Wave(int(row["version"]), int(meta["lsn"]), tuple(meta["chunks"]), rows))
+            # Spark's appends count numOutputRows, delta-rs's num_added_rows.
+            rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", 0)))
+            waves.append(Wave(version, int(meta["lsn"]), tuple(meta["chunks"]), rows))
     return sorted(waves, key=lambda w: w.version)
 
 
-def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
-    """Replace the Delta table by an empty one of the plan's shape; its version.
+def _history(spark: SparkSession, path: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+    """``(version, userMetadata, operationMetrics)`` of the table's commits after ``after``: read
+    by delta-rs where the table is local (no Spark job), else by Spark."""
+    from walspark.spark.snapshot import driver_copy
+
+    if driver_copy.enabled(path):
+        from deltalake import DeltaTable
+
+        from walspark.spark.lake.driver_log import local_path
+
+        try:
+            history = DeltaTable(local_path(path)).history()
+        except Exception as exc:  # noqa: BLE001 - a table delta-rs cannot open is Spark's to read
+            log.debug("%s: history read by Spark (%s)", path, exc)
+        else:
+            return [(int(h["version"]), h.get("userMetadata") or "", h.get("operationMetrics") or {})
+                    for h in history if int(h["version"]) > after]  # fmt: skip
+    from delta.tables import DeltaTable as SparkDeltaTable
+
+    rows = (SparkDeltaTable.forPath(spark, path).history().where(f"version > {int(after)}")
+            .select("version", "userMetadata", "operationMetrics").collect())  # fmt: skip
+    return [(int(r["version"]), r["userMetadata"] or "", r["operationMetrics"] or {}) for r in rows]
+
+
+def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -> int:
+    """Replace the Delta table by an empty one of the plan's shape (``schema``, the source's); its
+    version. A new local table is created by delta-rs (:func:`.driver_copy.create`).
 
     SQL, not ``DeltaTable.createOrReplace().location()``: the builder leaves an existing table of
     the same schema as it is (no new version), and a copy must start from an empty table.
@@ -230,11 +257,16 @@ def _start(spark: SparkSession, plan: TablePlan, schema: Any, path: str) -> int:
     from delta.tables import DeltaTable
 
     from walspark.spark.lake.evolution import sql_string
+    from walspark.spark.snapshot import driver_copy
     from walspark.spark.snapshot.initial import _sql_path, table_properties
+    from walspark.values import spark_schema
 
+    properties = table_properties(plan, spark)
+    if driver_copy.can_create(path, schema, properties):
+        return driver_copy.create(path, schema, [], properties)
     view = f"walspark_copy_{uuid.uuid4().hex}"
-    spark.createDataFrame([], schema).createOrReplaceTempView(view)
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in table_properties(plan, spark).items())
+    spark.createDataFrame([], spark_schema(schema)).createOrReplaceTempView(view)
+    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
     try:
         spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
                   f"AS SELECT * FROM `{view}`")  # fmt: skip
@@ -249,9 +281,14 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
                    stop: threading.Event) -> CopyOutcome:  # fmt: skip
     """Copy ``plan`` into ``path`` in waves of chunks, continuing the chunks an earlier attempt of
     the same generation committed when their shape still fits (see the module docstring)."""
+    import pyarrow as pa
+
     from walspark.source.connect import connect_sql
-    from walspark.spark.snapshot.initial import SnapshotProgress, _written_rows, source_plan
-    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
+    from walspark.spark.lake import driver_append
+    from walspark.spark.snapshot import driver_copy
+    from walspark.spark.snapshot.initial import SMALL_TABLE_ROWS, SnapshotProgress, _written_rows, source_plan
+    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot, source_schema
+    from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
 
     saved = CopyPlan.load(plan_path)
     shape = shape_of(plan)
@@ -274,10 +311,13 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         saved = CopyPlan(gen, shape, keys, chunks, uuid.uuid4().hex)
         saved.save(plan_path)
         waves = []
-    if saved.start_version is None:  # the shape comes from the data source (one Python worker call)
-        schema = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=[]).to_json()).load().schema
+    schema = source_schema(base)
+    if saved.start_version is None:
         saved.start_version = _start(spark, plan, schema, path)
         saved.save(plan_path)
+    # A small table's waves are read and appended from the driver (no Spark query per wave).
+    driver = (driver_copy.enabled(path) and driver_append.can_append(path) and driver_copy.plain_schema(schema)
+              and sum(r.rows_or_guess for r in plan.relations) < SMALL_TABLE_ROWS)  # fmt: skip
     done = {i for w in waves for i in w.chunks}
     todo = [c for c in saved.chunks if c.index not in done]
     total = len(saved.chunks)
@@ -297,9 +337,19 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             raise InterruptedError(f"the copy of {plan.qualified} was stopped")
         wave = todo[first:first + max(parallelism, 1)]
         meta = {"gen": gen, "plan": saved.plan_id, "lsn": consistent_point, "chunks": [c.index for c in wave]}
-        df = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=wave).to_json()).load()
-        df.write.format("delta").mode("append").option("userMetadata", METADATA_PREFIX + json.dumps(meta)).save(path)
-        rows += _written_rows(spark, path)
+        note = METADATA_PREFIX + json.dumps(meta)
+        if driver:
+            try:
+                batch = pa.Table.from_batches(list(driver_copy.read(base, wave)), schema)
+                driver_append.append(path, batch, note)
+                rows += batch.num_rows
+            except driver_append.DriverAppendUnsupported:
+                driver = False
+        if not driver:
+            register_snapshot_source(spark)
+            df = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=wave).to_json()).load()
+            df.write.format("delta").mode("append").option("userMetadata", note).save(path)
+            rows += _written_rows(spark, path)
         done.update(c.index for c in wave)
         say("copy of " + SnapshotProgress(plan.schema, plan.table, len(done), total, rows, plan.estimated_rows,
                                           time.monotonic() - started).line())  # as the initial snapshot's
