@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -33,14 +32,10 @@ import workload  # bench/workload.py, beside this script
 from walspark.capture import CaptureFile, CaptureInfo, write_capture
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.source.sqlinterface import slot_changes
+from common import log  # bench/common.py, beside this script
 
 OPTIONS = {"proto_version": "4", "publication_names": "bench", "streaming": "on"}
 TXN_ROWS = 2_000
-_T0 = time.perf_counter()
-
-
-def log(text: str) -> None:
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 def make_capture(path: Path, changes: int) -> int:

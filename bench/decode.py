@@ -40,6 +40,7 @@ from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.compiled import speedups
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.protocol import Decoder
+from common import log  # bench/common.py, beside this script
 
 SLOT = "bench_decode"
 RECV_SLOT = "bench_recvlogical"
@@ -52,13 +53,6 @@ BINARY_OPTIONS = {"proto_version": "4", "publication_names": PUBLICATION, "binar
 #: small enough to stay below the default 64MB logical_decoding_work_mem (no spill to disk).
 BATCH = 50_000
 
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the result table."""
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
-
-
-_T0 = time.perf_counter()
 
 
 # --------------------------------------------------------------------------- workload

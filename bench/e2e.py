@@ -26,9 +26,7 @@ anything is timed, as a long-running pipeline pays it once. Progress on stderr, 
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -38,20 +36,15 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from streaming import start_pipeline  # bench/streaming.py, beside this script
+from common import log, pct  # bench/common.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from walspark.embedded.postgres import EmbeddedPostgres
 
-_T0 = time.perf_counter()
 #: What walspark's stream asks of PostgreSQL 18 by default; pg_recvlogical gets the same.
 PGOUTPUT_OPTIONS = {"proto_version": "4", "streaming": "on"}
-
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the result tables."""
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 def recvlogical(pg: EmbeddedPostgres, dsn: str, slot: str, publication: str, endpos: str) -> float:
@@ -279,7 +272,7 @@ def sustained(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rat
         Row("sustained", "walspark run → Delta", changes, drained_at - started,
             f"trigger {trigger:g} s; until the last row was visible"),
     ]
-    lag = {"p50": _pct(lags, 50), "p95": _pct(lags, 95), "max": max(lags) if lags else float("nan"),
+    lag = {"p50": pct(lags, 50), "p95": pct(lags, 95), "max": max(lags) if lags else float("nan"),
            "drain": drained_at - written_at, "samples": float(len(lags))}  # fmt: skip
     return rows, lag
 
@@ -296,14 +289,6 @@ def _count(spark: SparkSession, path: str) -> int:
         return spark.read.format("delta").load(path).count()
     except Exception:  # noqa: BLE001 - not created yet
         return 0
-
-
-def _pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
 
 
 def print_table(rows: list[Row]) -> None:

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paths import child_task, report, run_child  # bench/paths.py, beside this script
+from common import log, pct  # bench/common.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,13 +67,6 @@ if TYPE_CHECKING:
 GROUPS = ("floors", "once", "steady")
 SNAPSHOT_LINE = re.compile(r"^(\S+): done, ([\d,]+) rows in ([\d.]+)s")
 BATCH_LINE = re.compile(r"batch (\d+): ([\d,]+) changes applied in ([\d.]+)s")
-_T0 = time.perf_counter()
-
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the table (soak's ``log`` is not imported
-    here: this module's child must start with nothing but what the floor measures)."""
-    print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -323,7 +317,6 @@ def measure_once(args: argparse.Namespace, floors: Floors, emit) -> list[Case]: 
 def measure_steady(args: argparse.Namespace, spark: SparkSession, batches: Batches, tables: int,
                    floors: Floors) -> Case:  # fmt: skip
     """Stream over ``tables`` tables while the writer offers ``--rate`` single-row updates/s."""
-    from e2e import _pct as pct  # bench/e2e.py, beside this script
     from soak import Writer, create_tables  # bench/soak.py, beside this script
     from streaming import start_pipeline  # bench/streaming.py, beside this script
 

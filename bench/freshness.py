@@ -26,23 +26,17 @@ Goals: change log p95 ≤ 1.5 s and mirror p95 ≤ 5 s at 1,000 changes/s over 4
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from soak import Batches, Lake, Writer, create_tables, log  # bench/soak.py, beside this script
+from soak import Batches, Lake, Writer, create_tables  # bench/soak.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
+from common import log, pct  # bench/common.py, beside this script
 
 GOALS = {("change-log", "change log"): 1.5, ("change-log", "mirror"): 5.0}
-
-
-def pct(values: list[float], p: int) -> float:
-    if not values:
-        return float("nan")
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1] if len(values) > 1 else values[0]
 
 
 def fresh_read_age(spark, target: str, table: str) -> float | None:  # type: ignore[no-untyped-def]

@@ -45,11 +45,11 @@ from typing import TYPE_CHECKING
 
 from walspark.spark.lake.tables import TABLE_PROPERTIES, quote, table_path
 from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS
+from common import log  # bench/common.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_T0 = time.perf_counter()
 KINDS = {"deletion vectors": "true", "copy-on-write": "false"}  # delta.enableDeletionVectors
 #: The table's columns: a bigint key and values of the usual types (text of 25-35 characters).
 COLUMNS = {
@@ -61,11 +61,6 @@ COLUMNS = {
 }
 OLD_TYPE = "STRUCT<id: BIGINT, n: INT, label: STRING, amount: DECIMAL(12,2), at: TIMESTAMP>"
 NEW_N = -1  # the value every update gives ``n`` (the table's own values are >= 0)
-
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the result table."""
-    print(f"[{time.perf_counter() - _T0:6.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True, slots=True)

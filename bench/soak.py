@@ -50,13 +50,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from e2e import _pct as pct  # bench/e2e.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
+from common import log, pct  # bench/common.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_T0 = time.perf_counter()
 GROWTH = 1.5  # bounded: the last window's reading <= GROWTH x the largest of the first two windows'
 DRIFT = 1.2  # the last window's median batch duration <= DRIFT x the first window's
 
@@ -70,11 +69,6 @@ def create_tables(dsn: str, tables: int, rows: int) -> None:
             conn.execute(f"INSERT INTO soak_{t} SELECT g, clock_timestamp(), 0, repeat('x', 100)"
                          " FROM generate_series(1, %s::bigint) g", (rows,))  # fmt: skip
         conn.execute("CREATE PUBLICATION soak_pub FOR TABLE " + ", ".join(f"soak_{t}" for t in range(tables)))
-
-
-def log(text: str) -> None:
-    """Progress on stderr, so stdout carries only the result table."""
-    print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 class Writer:

@@ -1,7 +1,7 @@
 """Capture files: pgoutput messages at rest, exactly as a slot returned them.
 
 A capture is a Parquet (or Arrow IPC, by the ``.arrow`` suffix) file with two columns, in stream
-order (ARCHITECTURE.md): ``lsn`` (int64, the message's LSN as PostgreSQL reports it) and
+order (docs/architecture.md): ``lsn`` (int64, the message's LSN as PostgreSQL reports it) and
 ``data`` (binary, one pgoutput message) — the rows of ``pg_logical_slot_peek_binary_changes``.
 The pgoutput options the messages were produced with travel in the file's schema metadata,
 because the bytes alone do not say which protocol version they follow.

@@ -1,6 +1,6 @@
 """Committed transactions → change rows as Arrow record batches, one batch per relation version.
 
-The change-row contract (ARCHITECTURE.md), one row per Insert/Update/Delete and one per table
+The change-row contract (docs/architecture.md), one row per Insert/Update/Delete and one per table
 of a Truncate:
 
 ========================  ===========================  ==========================================

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 
 @cli.command()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 
 @cli.command()

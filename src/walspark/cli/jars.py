@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from walspark.cli.errors import cli_errors
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 
 @cli.command("jars")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 
 @cli.command("resnapshot")

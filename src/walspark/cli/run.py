@@ -13,7 +13,7 @@ import signal
 
 import click
 
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
 
 

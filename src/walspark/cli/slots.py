@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from walspark.cli.errors import CommandError, cli_errors
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 _DSN_HELP = "libpq connection string or URI of the slot's database (or $WALSPARK_DSN); sslmode etc. pass through."
 

@@ -14,7 +14,7 @@ import json
 
 import click
 
-from walspark.cli.main import cli
+from walspark.cli.group import cli
 
 
 @cli.command("snapshot")

@@ -98,7 +98,7 @@ def path_segment(name: str, *, schema: bool = False) -> str:
 
 
 def table_path(target: str, schema: str, table: str) -> str:
-    """``<target>/<schema>/<table>``: where a source table's Delta table lives (ARCHITECTURE.md)."""
+    """``<target>/<schema>/<table>``: where a source table's Delta table lives (docs/architecture.md)."""
     return f"{target.rstrip('/')}/{path_segment(schema, schema=True)}/{path_segment(table)}"
 
 

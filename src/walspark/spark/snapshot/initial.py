@@ -1,6 +1,6 @@
 """The initial snapshot: every published table copied in parallel inside one exported snapshot.
 
-Why this shape (see ARCHITECTURE.md, "Scale"): a mirror needs the rows that existed before the
+Why this shape (docs/architecture.md): a mirror needs the rows that existed before the
 slot, copied *consistently with the stream*. Creating the slot with ``SNAPSHOT 'export'`` gives
 both halves of the hand-off at the same instant: a snapshot name that other sessions can import,
 and the slot's **consistent point**, the LSN from which streaming must start. Every transaction
