@@ -14,14 +14,10 @@ from typing import Any
 
 import click
 
-from walspark.cli.errors import CommandError, cli_errors
+from walspark.cli.errors import cli_errors
 from walspark.cli.group import cli
 
 _DSN_HELP = "libpq connection string or URI of the slot's database (or $WALSPARK_DSN); sslmode etc. pass through."
-
-
-class SourceCommandError(CommandError):
-    """A one-line CLI error (exit status 1)."""
 
 
 def _errors(dsn: str) -> AbstractContextManager[None]:

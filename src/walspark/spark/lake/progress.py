@@ -168,16 +168,6 @@ class ProgressTable:
         """The latest progress of ``app_id`` for ``schema.table``, or None before any."""
         return self._load().get((app_id, schema, table))
 
-    def last_commit_lsn(self, schema: str, table: str) -> int | None:
-        """The highest commit LSN any query applied to ``schema.table`` (for status and resume)."""
-        from pyspark.sql import functions as F
-
-        if not self._exists():
-            return None
-        df = self.spark.read.format("delta").load(self.path)
-        row = df.where((F.col("schema_name") == schema) & (F.col("table_name") == table)).agg(F.max("commit_lsn")).first()
-        return None if row is None else row[0]
-
     def record(self, app_id: str, schema: str, table: str, batch_id: int, commit_lsn: int | None,
                rows: int, mode: str) -> None:  # fmt: skip
         """Append the progress row of one applied batch (after the table's commit is durable)."""

@@ -707,18 +707,3 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     _write_record(target, SnapshotRecord("complete", slot, publication, consistent_point,
                                          [t.to_dict() for t in written], started_at, _now()), state)
     return SnapshotResult(slot, consistent_point, written)
-
-
-def snapshot_record_tables(target: str, state: str | None = None) -> list[tuple[str, str]]:
-    """The ``(schema, table)`` pairs of a complete snapshot of ``target`` (empty if none)."""
-    record = read_record(target, state)
-    if record is None or not record.complete:
-        return []
-    return [(t["schema"], t["table"]) for t in record.tables]
-
-
-def estimate_summary(plans: Sequence[TablePlan]) -> str:
-    """One line: how many tables, pages and (estimated) rows a snapshot will copy."""
-    rows = [p.estimated_rows for p in plans]
-    known = sum(r or 0 for r in rows)
-    return f"{len(plans)} tables, {sum(p.pages for p in plans):,} pages, ~{known:,} rows"
