@@ -1,4 +1,4 @@
-"""``spark-submit`` of walspark on a (local) cluster, the way README's "spark-submit and pip" says.
+"""``spark-submit`` of walspark on a (local) cluster, the way docs/deploying.md's "spark-submit and pip" says.
 
 ``--master local-cluster[2,1,1024]`` runs a master, two workers and two executor JVMs beside
 the driver, each executor with its own Python workers: the snapshot's and the stream's read
@@ -20,7 +20,7 @@ from scenarios.support import assert_matches_publication
 
 from .support import Installed
 
-#: The entry script README documents: spark-submit runs a Python file, which runs walspark's CLI.
+#: The entry script docs/deploying.md documents: spark-submit runs a Python file, which runs walspark's CLI.
 ENTRY = "from walspark.cli.main import main\n\nmain()\n"
 
 

@@ -80,7 +80,7 @@ def _float(options: Mapping[str, str], key: str, default: float, *, allow_zero: 
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """Every option of the source, typed (see README "Spark data source" for each one's meaning)."""
+    """Every option of the source, typed (docs/data-source.md says what each one means)."""
 
     path: str | None = None
     dsn: str | None = None

@@ -8,7 +8,7 @@ Registered with :func:`register` (the session factory does it), then::
                                                 stagingPath=...).load()
 
 The schema is decided here, once, on the driver: from the capture's Relation messages, or from
-the catalog for a live slot (see :mod:`.schema`). Options: :mod:`.options` and the README.
+the catalog for a live slot (see :mod:`.schema`). Options: :mod:`.options` and docs/data-source.md.
 """
 
 from __future__ import annotations
