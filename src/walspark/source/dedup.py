@@ -100,10 +100,6 @@ class DuplicateFilter:
             if kept is not None:
                 yield kept
 
-    def prune(self, confirmed_lsn: int) -> None:
-        """Forget xids whose commit the server will never resend (ended at or before ``confirmed_lsn``)."""
-        self._delivered_xids = {x: end for x, end in self._delivered_xids.items() if end > confirmed_lsn}
-
     def feed(self, item: StreamItem) -> StreamItem | None:
         """The item to pass on (possibly rewritten), or None to drop it."""
         if item.__class__ is Reconnected:
