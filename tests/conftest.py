@@ -6,8 +6,10 @@ on a port the kernel picked, so a second run, or another PostgreSQL on 5432, cha
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -108,11 +110,17 @@ def _fresh_database(server: EmbeddedPostgres) -> Iterator[str]:
         yield server.dsn(name)
     finally:
         with psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
-                " WHERE database = %s AND NOT active",
-                (name,),
-            )
+            # A walsender can still hold its slot for a moment after its client went away:
+            # end it, then drop the slots, before the database can go.
+            for _ in range(100):
+                with contextlib.suppress(psycopg.errors.ObjectInUse):  # taken again meanwhile: next round
+                    conn.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots"
+                                 " WHERE database = %s AND active_pid IS NOT NULL", (name,))  # fmt: skip
+                    conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                                 " WHERE database = %s AND NOT active", (name,))  # fmt: skip
+                if not conn.execute("SELECT 1 FROM pg_replication_slots WHERE database = %s", (name,)).fetchone():
+                    break
+                time.sleep(0.1)
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

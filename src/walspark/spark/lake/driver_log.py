@@ -28,10 +28,13 @@ __all__ = ["local_path", "properties", "read_columns", "schema"]
 
 
 def local_path(path: str) -> str | None:
-    """``path`` as a local file system path, or None for an object store's URI."""
+    """``path`` as a local file system path, or None where delta-rs is not to be used: an object
+    store's URI, or a path holding ``%`` (delta-rs decodes ``%XX`` in local paths, even in a
+    ``file:`` URI's escapes, and would look for another folder: walspark's folder names keep
+    ``%2F`` for a ``/`` in a table's name)."""
     if path.startswith("file:"):
         path = path.removeprefix("file:").removeprefix("//")
-    return None if "://" in path else path
+    return None if "://" in path or "%" in path else path
 
 
 def _open(path: str):  # type: ignore[no-untyped-def]
