@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,8 +36,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
-
-log = logging.getLogger(__name__)
 
 __all__ = ["DRIVER_SNAPSHOT", "can_create", "copy", "create", "enabled", "plain_schema", "read", "same_schema"]
 

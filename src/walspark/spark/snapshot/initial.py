@@ -566,7 +566,6 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
         copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)
-        register_snapshot_source(spark)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
@@ -645,6 +644,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     validate_slot_name(slot)
     if not publication_list(publication):
         raise SnapshotError("a snapshot needs at least one publication name")
+    register_snapshot_source(spark)
     parallelism = parallelism or spark.sparkContext.defaultParallelism
 
     previous = read_record(target, state)

@@ -288,7 +288,6 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     from walspark.spark.snapshot import driver_copy
     from walspark.spark.snapshot.initial import SMALL_TABLE_ROWS, SnapshotProgress, _written_rows, source_plan
     from walspark.spark.snapshot.snapshot_source import begin_in_snapshot, source_schema
-    from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
 
     saved = CopyPlan.load(plan_path)
     shape = shape_of(plan)
@@ -346,7 +345,6 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             except driver_append.DriverAppendUnsupported:
                 driver = False
         if not driver:
-            register_snapshot_source(spark)
             df = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=wave).to_json()).load()
             df.write.format("delta").mode("append").option("userMetadata", note).save(path)
             rows += _written_rows(spark, path)
