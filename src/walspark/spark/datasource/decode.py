@@ -23,12 +23,12 @@ from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
 from walspark.values import TypeRegistry
 
-from walspark.spark.datasource.output import OutputShaper
+from walspark.spark.datasource.output import OutputShaper, Piece
 from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
 from walspark.spark.datasource.segments import PRELUDE, read_segment
 from walspark.storage import StorageSettings, location
 
-__all__ = ["DecodeConfig", "TaskDecoder", "decode_segment", "relation_ids"]
+__all__ = ["DecodeConfig", "TaskDecoder", "decode_segments", "relation_ids"]
 
 _I, _U, _D, _T, _R, _Y = (ord(c) for c in "IUDTRY")
 _ROW_KINDS = frozenset((_I, _U, _D))
@@ -74,7 +74,6 @@ class TaskDecoder:
         self.table = table
         self.chunk_rows = chunk_rows
         self._names: dict[int, str] = {}  # relation id -> qualified name, for per-table filtering
-        self.rows_out = 0
 
     def _decode(self, data: bytes, in_stream: bool, lsn: int | None = None):
         return decode_message(data, protocol_version=self.config.protocol_version, in_stream=in_stream,
@@ -114,6 +113,15 @@ class TaskDecoder:
 
     def add(self, facts: TransactionFacts, messages: Iterable[tuple[int, int, bool, bytes]]) -> Iterator[pa.RecordBatch]:
         """Take one committed transaction's ``(seq, lsn, in_stream, data)``; yield batches as they fill."""
+        for pieces in self._add(facts, messages):
+            yield from self._output(pieces)
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        """Everything accumulated, as output batches in commit order."""
+        return self._output(self._take())
+
+    def _add(self, facts: TransactionFacts, messages: Iterable[tuple[int, int, bool, bytes]]) -> Iterator[list[Piece]]:
+        """:meth:`add`, yielding the rows as pieces (see :meth:`OutputShaper.merge`) when the builder fills."""
         if self.table is not None:
             messages = self._keep(messages)
         chunk: list[tuple[int, int, bool, bytes]] = []
@@ -123,30 +131,58 @@ class TaskDecoder:
                 self.builder.add_numbered(facts, chunk)
                 chunk = []
                 if self.builder.rows >= self.chunk_rows:
-                    yield from self.flush()
+                    yield self._take()
         if chunk:
             self.builder.add_numbered(facts, chunk)
         if self.builder.rows >= self.chunk_rows:
-            yield from self.flush()
+            yield self._take()
 
-    def flush(self) -> Iterator[pa.RecordBatch]:
-        """Everything accumulated, as output batches in commit order."""
-        if self.builder.rows == 0:
-            return
-        for batch in self.shaper.shape_all(self.builder.build(), self.chunk_rows):
-            self.rows_out += batch.num_rows
-            yield batch
+    def _take(self) -> list[Piece]:
+        """Everything accumulated, as pieces; then start afresh."""
+        return self.shaper.pieces(self.builder.build()) if self.builder.rows else []
+
+    def _output(self, pieces: list[Piece]) -> Iterator[pa.RecordBatch]:
+        """Pieces (of this decoder or of others on the same output) as output batches."""
+        return self.shaper.merge(pieces, self.chunk_rows)
 
 
-def decode_segment(path: str, start: int, end: int, make_decoder: Callable[[DecodeConfig], TaskDecoder],
-                   storage: StorageSettings | None = None) -> Iterator[pa.RecordBatch]:
-    """The output rows of a segment's transactions whose end LSN is in ``(start, end]``.
+def decode_segments(paths: Iterable[str], start: int, end: int, make_decoder: Callable[[DecodeConfig], TaskDecoder],
+                    storage: StorageSettings | None = None) -> Iterator[pa.RecordBatch]:
+    """The output rows of the segments' transactions whose end LSN is in ``(start, end]``.
 
-    ``make_decoder`` gets the segment's own decoding settings (protocol version, binary, ...).
-    ``storage``: how to reach the segment's object store (an executor has no Spark session to ask).
+    Consecutive segments written with the same settings (protocol version, binary, ...: what
+    ``make_decoder`` gets) share one decoder: each segment's prelude is put in force before its
+    transactions, as it would be in a decoder of its own (the relation versions are the stream's,
+    not the decoder's), and the rows of one relation version accumulate across segments. A busy
+    stream stages a segment of a few transactions every few tens of milliseconds, each touching a
+    few of tens of tables; built and shaped segment by segment, their Arrow arrays cost more than
+    decoding the messages did.
+    ``storage``: how to reach the segments' object store (an executor has no Spark session to ask).
     """
-    table, meta = read_segment(location(path, storage))
-    decoder = make_decoder(DecodeConfig(meta.protocol_version, meta.streaming_parallel, meta.binary))
+    pending: list[Piece] = []
+    rows = 0
+    decoder: TaskDecoder | None = None
+    config: DecodeConfig | None = None
+    for path in paths:
+        table, meta = read_segment(location(path, storage))
+        wanted = DecodeConfig(meta.protocol_version, meta.streaming_parallel, meta.binary)
+        if decoder is None or wanted != config:
+            if decoder is not None:
+                pending += decoder._take()
+            decoder, config = make_decoder(wanted), wanted
+        for pieces in _segment_rows(decoder, table, start, end):
+            pending += pieces
+            rows += sum(n for n, _ in pieces)
+            if rows >= decoder.chunk_rows:
+                yield from decoder._output(pending)
+                pending, rows = [], 0
+    if decoder is not None:
+        yield from decoder._output(pending + decoder._take())
+
+
+def _segment_rows(decoder: TaskDecoder, table: pa.Table, start: int, end: int) -> Iterator[list[Piece]]:
+    """Feed one segment's transactions in ``(start, end]`` to ``decoder``, its prelude first;
+    yields pieces whenever the decoder's builder fills."""
     ends = table.column("end_lsn")
     prelude = table.filter(pc.equal(ends, PRELUDE))
     decoder.seed(zip(prelude.column("in_stream").to_pylist(), prelude.column("data").to_pylist(),
@@ -175,6 +211,5 @@ def decode_segment(path: str, start: int, end: int, make_decoder: Callable[[Deco
         while j < n and end_lsn[j] == end_lsn[i]:
             j += 1
         facts = TransactionFacts(xid[i], commit_lsn[i], commit_ts[i], origin[i])
-        yield from decoder.add(facts, messages[i:j])
+        yield from decoder._add(facts, messages[i:j])
         i = j
-    yield from decoder.flush()

@@ -28,7 +28,11 @@ from walspark.values import ColumnOptions, TypeRegistry
 
 from walspark.spark.datasource.schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, SAME_AS_KEY, OutputLayout
 
-__all__ = ["OutputShaper"]
+__all__ = ["OutputShaper", "Piece"]
+
+#: Rows of one relation version: their count and their own output columns by name (the columns
+#: of other tables, null in these rows, are left out until the pieces are merged).
+Piece = tuple[int, dict[str, pa.Array]]
 
 
 def _conform_struct(source: pa.StructArray, target: pa.StructType, fills: dict[str, pa.Array] | None = None,
@@ -95,7 +99,23 @@ class OutputShaper:
     def wants(self, version: RelationVersion) -> bool:
         return self.layout.wants(version.qualified_name)
 
-    def shape(self, version: RelationVersion, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+    def pieces(self, built: Iterable[tuple[RelationVersion, pa.RecordBatch]]) -> list[Piece]:
+        """The batches' rows, each conformed to its table's output columns (see :meth:`merge`)."""
+        return [(batch.num_rows, own) for v, batch in built if (own := self._own(v, batch)) is not None]
+
+    def merge(self, pieces: list[Piece], max_rows: int) -> Iterator[pa.RecordBatch]:
+        """The pieces' rows on the output schema in commit order, at most ``max_rows`` a batch.
+        Pieces of several shapers of one output schema (one per segment of a task) merge alike."""
+        if not pieces:
+            return
+        table = self.assemble(pieces)
+        if len(pieces) > 1:
+            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
+        yield from table.combine_chunks().to_batches(max_chunksize=max_rows)
+
+    def _own(self, version: RelationVersion, batch: pa.RecordBatch) -> dict[str, pa.Array] | None:
+        """A batch's own output columns by name: the envelope, and its table's columns (the other
+        tables' columns of the all-tables layout are null in its rows)."""
         name = version.qualified_name
         if not self.layout.wants(name) or batch.num_rows == 0:
             return None
@@ -104,41 +124,40 @@ class OutputShaper:
 
             raise SchemaChangedError(f"changes of table {name}, which is not in the query's schema; restart the "
                                      "query to read it")
-        n = batch.num_rows
         target = self.target
-        columns: list[pa.Array] = [batch.column(c).cast(target.field(c).type) for c in ENVELOPE_NAMES]
-        new = batch.column("_new")
-        old = batch.column("_old")
-        unchanged = batch.column("_unchanged").cast(target.field("_unchanged").type)
+        own = {c: batch.column(c).cast(target.field(c).type) for c in ENVELOPE_NAMES}
+        own["_unchanged"] = batch.column("_unchanged").cast(target.field("_unchanged").type)
+        new, old = batch.column("_new"), batch.column("_old")
         if self.layout.table is not None:
             table_type = target.field("_old").type
             fills, old_names = self._missing_values(name, table_type), self._old_names(name)
-            flat = _conform_struct(new, table_type, fills, old_names).flatten()
-            columns.extend(flat)
-            columns.append(_conform_struct(old, table_type, fills, old_names))
-            columns.append(unchanged)
+            own.update(zip(table_type.names, _conform_struct(new, table_type, fills, old_names).flatten()))
+            own["_old"] = _conform_struct(old, table_type, fills, old_names)
         else:
-            columns.append(unchanged)
-            for f in target:
-                if f.name in ENVELOPE_NAMES or f.name == "_unchanged":
-                    continue
-                if f.name == name:
-                    columns.append(_conform_struct(new, f.type, self._missing_values(name, f.type),
-                                                   self._old_names(name)))
-                elif f.name == name + OLD_SUFFIX:
-                    columns.append(_conform_struct(old, f.type, self._missing_values(name, f.type),
-                                                   self._old_names(name)))
-                else:
-                    columns.append(pa.nulls(n, f.type))
-        return pa.RecordBatch.from_arrays(columns, schema=target)
+            for column, values in ((name, new), (name + OLD_SUFFIX, old)):
+                struct = target.field(column).type
+                own[column] = _conform_struct(values, struct, self._missing_values(name, struct), self._old_names(name))
+        return own
 
-    def shape_all(self, built: Iterable[tuple[RelationVersion, pa.RecordBatch]],
-                  max_rows: int) -> Iterator[pa.RecordBatch]:
-        """Shape every batch, then yield them merged in commit order, at most ``max_rows`` each."""
-        shaped = [b for v, batch in built if (b := self.shape(v, batch)) is not None]
-        if not shaped:
-            return
-        table = pa.Table.from_batches(shaped, schema=self.target)
-        if len(shaped) > 1:
-            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
-        yield from table.combine_chunks().to_batches(max_chunksize=max_rows)
+    def assemble(self, pieces: list[Piece]) -> pa.Table:
+        """The pieces' rows one after the other on the output schema: each column is its pieces'
+        own arrays with one null run between them. Built column by column, so a batch of many
+        small pieces (a segment of short transactions over tens of tables) costs what its
+        columns do, not pieces × columns."""
+        columns = []
+        for field in self.target:
+            runs: list[pa.Array] = []
+            nulls = 0
+            for rows, own in pieces:
+                values = own.get(field.name)
+                if values is None:
+                    nulls += rows
+                    continue
+                if nulls:
+                    runs.append(pa.nulls(nulls, field.type))
+                    nulls = 0
+                runs.append(values)
+            if nulls:
+                runs.append(pa.nulls(nulls, field.type))
+            columns.append(runs[0] if len(runs) == 1 else pa.concat_arrays(runs))
+        return pa.Table.from_arrays(columns, schema=self.target)

@@ -41,7 +41,7 @@ from pyspark.sql.types import StructType
 
 from walspark.protocol import parse_lsn
 
-from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segment
+from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
@@ -221,5 +221,4 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   partition.registrations)
             return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
 
-        for path in partition.paths:
-            yield from decode_segment(path, partition.start, partition.end, make, o.storage)
+        yield from decode_segments(partition.paths, partition.start, partition.end, make, o.storage)

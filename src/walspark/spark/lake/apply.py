@@ -59,7 +59,8 @@ from walspark.spark.lake.evolution import (
     TargetTable,
     follow_ddl,
 )
-from walspark.spark.lake.facts import BatchFacts, batch_facts, row_fields
+from walspark.spark.lake.facts import BatchFacts, batch_facts
+from walspark.spark.lake.frames import TableRows
 from walspark.spark.lake.fold import (
     append_only,
     fold_last_per_key,
@@ -137,7 +138,7 @@ def apply_changes(
 
 def _apply_table(
     spark: SparkSession,
-    batch_df: DataFrame,
+    batch_df: DataFrame | TableRows,
     batch_id: int,
     facts: BatchFacts,
     *,
@@ -153,7 +154,8 @@ def _apply_table(
     Delta writes go through ``spark`` (whose session settings carry the transaction id), which
     may be another session than ``batch_df``'s: tables applied in parallel each get one.
     ``arrow``: the same rows on the driver, when the batch was small enough to collect; a plain
-    SCD1 batch is then merged from there (:mod:`.driver_merge`), without a Spark job.
+    SCD1 batch is then merged from there (:mod:`.driver_merge`), and ``batch_df``, when given as
+    :class:`.TableRows`, is never built as a Spark DataFrame.
     """
     from walspark.spark.lake.identity import identity_runs, run_step
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
@@ -164,19 +166,21 @@ def _apply_table(
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
         return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None
-    rows = batch_df
+    rows = batch_df if isinstance(batch_df, TableRows) else TableRows.of(batch_df)
     if done is not None and done.commit_lsn is not None:
         import pyarrow.compute as pc
         from pyspark.sql import functions as F
 
-        rows = rows.where(F.col("_commit_lsn") > done.commit_lsn)
+        after = done.commit_lsn
+        rows = rows.then(lambda df: df.where(F.col("_commit_lsn") > after))
         if arrow is not None:
-            arrow = arrow.filter(pc.greater(arrow.column("_commit_lsn"), done.commit_lsn))
+            arrow = arrow.filter(pc.greater(arrow.column("_commit_lsn"), after))
     given = rows
-    fields = row_fields(batch_df)
+    fields = rows.fields
     columnless = not fields
     if columnless:
-        rows, fields = with_row_marker(rows)
+        marker = with_row_marker_field()
+        rows, fields = rows.then(with_row_marker, [marker]), [marker]
     names = [f.name for f in fields]
     missing = [k for k in facts.keys if k not in names]
     if missing:
@@ -194,7 +198,7 @@ def _apply_table(
             and driver_merge.apply(path, arrow, facts, names, txn_app_id(app_id, schema, name, run_step(0)), batch_id, note):
         return result, record
     # Changes made under different replica identities are matched each on its own, run by run.
-    for i, (part, part_facts) in enumerate(identity_runs(rows, facts)):
+    for i, (part, part_facts) in enumerate(identity_runs(rows.frame(), facts)):
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
             part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
         idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name, run_step(i)), batch_id, note)
@@ -208,21 +212,26 @@ def _apply_table(
     return result, record
 
 
-def with_row_marker(rows: DataFrame) -> tuple[DataFrame, list[StructField]]:
+def with_row_marker_field() -> StructField:
+    """The one column of a table without columns' changes (see :func:`with_row_marker`)."""
+    from pyspark.sql.types import BooleanType, StructField
+
+    return StructField(ROW_MARKER, BooleanType(), True)
+
+
+def with_row_marker(rows: DataFrame) -> DataFrame:
     """The changes of a table without columns, with :data:`ROW_MARKER` as their one column: set
     on every row an insert writes, and as the old row of every delete (one arrives only with
     REPLICA IDENTITY FULL, whose old row of no columns is the marker row; an update cannot set
     a column a table does not have). Not read from ``_old``: a struct of no fields did not
     come through Spark's Arrow conversion as non-null for such deletes."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType, StructField
 
     marker = F.lit(True)
     op = F.col("_op")
-    rows = rows.withColumn(ROW_MARKER, F.when(op.isin("I", "U"), marker)).withColumn(
+    return rows.withColumn(ROW_MARKER, F.when(op.isin("I", "U"), marker)).withColumn(
         "_old", F.when(op.isin("U", "D"), F.struct(marker.alias(ROW_MARKER)))
     )
-    return rows, [StructField(ROW_MARKER, BooleanType(), True)]
 
 
 def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Sequence[StructField],

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructField
 
+    from walspark.spark.lake.frames import TableRows
+
 from walspark.spark.datasource.schema import (
     AMBIGUOUS_KEY,
     ATTNUM_KEY,
@@ -414,8 +416,8 @@ def _settled(field: StructField, ids: ColumnIds) -> bool:
     return ids.attnums.get(field.name) == int(n)
 
 
-def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
-               known: dict[str, Any] | None = None) -> tuple[DataFrame, list[StructField]]:
+def follow_ddl(tgt: TargetTable, rows: TableRows, fields: Sequence[StructField],
+               known: dict[str, Any] | None = None) -> tuple[TableRows, list[StructField]]:
     """Make the Delta table's columns the batch's by identity (see the module docstring).
 
     Returns the rows and fields to apply (columns still named as before a rename folded into
@@ -437,8 +439,8 @@ def follow_ddl(tgt: TargetTable, rows: DataFrame, fields: Sequence[StructField],
             known.pop(tgt.path, None)  # the column cache of TargetTable.evolve may be stale now
     aliases = _aliases(fields, ids)
     if aliases:
-        rows = _alias_rows(rows, aliases)
         fields = [f for f in fields if f.name not in aliases]
+        rows = rows.then(lambda df: _alias_rows(df, aliases), fields)
     return rows, fields
 
 

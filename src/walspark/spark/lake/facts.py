@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, Row
-    from pyspark.sql.types import StructField
 
 
-from walspark.spark.lake.columns import CHANGE_COLUMNS, Mode, validity_struct
+from walspark.spark.lake.columns import Mode, validity_struct
 from walspark.spark.lake.frames import OLD_SUFFIX
 from walspark.spark.lake.tables import quote
 
@@ -72,11 +71,6 @@ class BatchFacts:
     identities: int = 1
     #: The user's key columns for the table (``ApplyChanges.keys``), None: its replica identity.
     user_keys: tuple[str, ...] | None = None
-
-
-def row_fields(df: DataFrame) -> list[StructField]:
-    """The table's own columns of a per-table change DataFrame (everything but the envelope)."""
-    return [f for f in df.schema.fields if f.name not in CHANGE_COLUMNS]
 
 
 def _facts_aggregates(moved_old: Column) -> list[Column]:

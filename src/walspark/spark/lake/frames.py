@@ -8,18 +8,83 @@ batches (tests and notebooks).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField, StructType
 
 
-from walspark.spark.lake.columns import ENVELOPE_COLUMNS, Mode
+from walspark.spark.lake.columns import CHANGE_COLUMNS, ENVELOPE_COLUMNS, Mode
 from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# One table's rows, as a DataFrame built on demand
+
+
+def row_fields(df: DataFrame) -> list[StructField]:
+    """The table's own columns of a per-table change DataFrame (everything but the envelope)."""
+    return [f for f in df.schema.fields if f.name not in CHANGE_COLUMNS]
+
+
+class TableRows:
+    """One table's changes of a batch: its row columns known at once, its Spark DataFrame built
+    the first time a Spark write asks for it.
+
+    A small batch merged from the driver reads its rows from Arrow (:mod:`.driver_merge`) and never
+    asks: with tens of tables, building each one's DataFrame (a select over every table's columns,
+    analysed by the JVM through py4j) cost more than the merges themselves.
+    """
+
+    __slots__ = ("_frame", "_make", "fields")
+
+    def __init__(self, fields: Sequence[StructField], make: Callable[[], DataFrame]) -> None:
+        self.fields = list(fields)
+        self._make = make
+        self._frame: DataFrame | None = None
+
+    @classmethod
+    def of(cls, df: DataFrame) -> TableRows:
+        """Rows that are already a per-table DataFrame."""
+        rows = cls(row_fields(df), lambda: df)
+        rows._frame = df
+        return rows
+
+    def frame(self) -> DataFrame:
+        """The rows as a Spark DataFrame (built once)."""
+        if self._frame is None:
+            self._frame = self._make()
+        return self._frame
+
+    def then(self, step: Callable[[DataFrame], DataFrame], fields: Sequence[StructField] | None = None) -> TableRows:
+        """These rows with ``step`` applied to their DataFrame when it is built (``fields``: the
+        row columns after it, if it changes them)."""
+        return TableRows(self.fields if fields is None else fields, lambda: step(self.frame()))
+
+
+def table_rows(df: DataFrame, schema: str, table: str, *, alone: bool = False) -> TableRows:
+    """:func:`table_changes` as :class:`TableRows`: the columns read from ``df``'s schema, the
+    DataFrame built on demand (``alone``: ``df`` holds this table's rows only)."""
+    if "_old" in df.columns:  # the per-table layout: only filtered
+        if alone:
+            return TableRows.of(df)
+        return TableRows(row_fields(df), lambda: table_changes(df, schema, table))
+    whole = df.schema[f"{schema}.{table}"]
+    struct: StructType = whole.dataType  # type: ignore[assignment]
+    # getField of a nullable struct is nullable, whatever the field says
+    fields = [f if f.nullable or not whole.nullable else _nullable(f) for f in struct.fields]
+    return TableRows(fields, lambda: table_changes(df, schema, table))
+
+
+def _nullable(field: StructField) -> StructField:
+    from pyspark.sql.types import StructField
+
+    return StructField(field.name, field.dataType, True, field.metadata)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING
 
 from walspark.spark.lake.changelog import BATCH_ID
 from walspark.spark.lake.columns import _P, ROW_MARKER, SCD2_COLUMNS, key_column, lsn_literal_order
-from walspark.spark.lake.facts import batch_facts, row_fields
+from walspark.spark.lake.facts import batch_facts
+from walspark.spark.lake.frames import row_fields
 from walspark.spark.lake.tables import quote, table_path
 
 if TYPE_CHECKING:
@@ -73,9 +74,9 @@ def fresh_rows(mirror: DataFrame, pending: DataFrame, keys: Sequence[str] | None
     fields = row_fields(pending)
     columnless = not fields
     if columnless:  # the marker rows of a table without columns: a multiset, as the apply does
-        from walspark.spark.lake.apply import with_row_marker
+        from walspark.spark.lake.apply import with_row_marker, with_row_marker_field
 
-        pending, fields = with_row_marker(pending)
+        pending, fields = with_row_marker(pending), [with_row_marker_field()]
     shape = _output_shape(mirror, fields, qualified)
     types = dict(shape)
     row_names = {f.name for f in fields}

@@ -31,7 +31,7 @@ from walspark.spark.lake.evolution import (
     follow_catalog,
 )
 from walspark.spark.lake.facts import BatchFacts, arrow_tables_facts, tables_facts
-from walspark.spark.lake.frames import arrow_table_changes, table_changes
+from walspark.spark.lake.frames import TableRows, arrow_table_changes, table_rows
 from walspark.spark.lake.tables import table_path
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ class TableSyncHook(Protocol):
 
     def batch(self, batch_id: int) -> AbstractContextManager[None]: ...
 
-    def route(self, table: tuple[str, str], rows: DataFrame, facts: BatchFacts, batch_id: int,
-              session: SparkSession) -> tuple[DataFrame, BatchFacts] | None: ...  # fmt: skip
+    def route(self, table: tuple[str, str], rows: TableRows, facts: BatchFacts, batch_id: int,
+              session: SparkSession) -> tuple[TableRows, BatchFacts] | None: ...  # fmt: skip
 
     def syncing(self, schema: str, table: str) -> bool: ...
 
@@ -241,7 +241,6 @@ class ApplyChanges:
         """
 
         from pyspark.sql import SparkSession
-        from pyspark.sql import functions as F
 
         from walspark.spark.lake.progress import ProgressTable
 
@@ -257,16 +256,10 @@ class ApplyChanges:
         arrow = batch_df.toArrow() if folder is not None else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
-        per_table = "_old" in batch_df.columns
 
         def apply(table: tuple[str, str], session: SparkSession) -> tuple[ApplyResult, ProgressRow | None]:
             schema, name = table
-            if not per_table:
-                part = table_changes(batch_df, schema, name)
-            elif len(tables) > 1:
-                part = batch_df.where((F.col("_schema") == schema) & (F.col("_table") == name))
-            else:
-                part = batch_df
+            part = table_rows(batch_df, schema, name, alone=len(tables) == 1)
             options = self.options_for(schema, name)
             table_facts = facts[table]
             given = part
@@ -281,7 +274,7 @@ class ApplyChanges:
 
                 # the Arrow rows stand for the part only if the table sync kept all of them
                 rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
-                return append_batch(session, part, batch_id, table_facts, target=self.target, app_id=self._app_id,
+                return append_batch(session, part.frame(), batch_id, table_facts, target=self.target, app_id=self._app_id,
                                     state=self._state, known=self._known,
                                     before_reshape=lambda: folder.drain([table]), arrow=rows)  # fmt: skip
             rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from walspark.spark.lake.facts import BatchFacts
+    from walspark.spark.lake.frames import TableRows
     from walspark.spark.lake.sink import ApplyChanges
 
 log = logging.getLogger(__name__)
@@ -298,8 +299,8 @@ class TableSync:
         state = self.store.get(schema, table)
         return state is not None and state.syncing
 
-    def route(self, table: Table, rows: DataFrame, facts: BatchFacts, batch_id: int,
-              session: SparkSession) -> tuple[DataFrame, BatchFacts] | None:  # fmt: skip
+    def route(self, table: Table, rows: TableRows, facts: BatchFacts, batch_id: int,
+              session: SparkSession) -> tuple[TableRows, BatchFacts] | None:  # fmt: skip
         """What the sink applies of this table's batch; None: nothing (kept in the pending log, or
         already applied by a hand-off)."""
         with self._max_lock:  # not self.lock: the batch's thread holds it while the sink's pool runs this
@@ -311,23 +312,23 @@ class TableSync:
         if state is None:
             return rows, facts
         if state.syncing:
-            self._append_pending(state, rows, batch_id, session)
+            self._append_pending(state, rows.frame(), batch_id, session)
             return None
         if state.handed_through is not None and batch_id <= state.handed_through:
             return None  # a replay of a batch whose changes of this table the hand-off applied
         if state.since is not None and (self._position is None or self._position < state.since):
             # The stream may still be behind the copy's consistent point: those changes are in it.
             from walspark.spark.lake.facts import batch_facts
+            from walspark.spark.lake.frames import TableRows
 
-            copied = self._copied(state, rows, session)
+            copied = self._copied(state, rows.frame(), session)
             if copied is None:
                 state = self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy")
-                self._append_pending(state, rows, batch_id, session)
+                self._append_pending(state, rows.frame(), batch_id, session)
                 return None
-            rows = copied
             keys = self.sink.options_for(*table).keys if self.sink else None
-            kept = batch_facts(rows, table, keys)
-            return None if kept is None else (rows, kept)
+            kept = batch_facts(copied, table, keys)
+            return None if kept is None else (TableRows.of(copied), kept)
         return rows, facts
 
     def _append_pending(self, state: SyncState, rows: DataFrame, batch_id: int, session: SparkSession) -> None:
