@@ -63,13 +63,32 @@ class RelationCache:
         #: Changes whenever the version in force of some relation does: a consumer that caches
         #: lookups (the compiled change-row builder) knows when to drop them.
         self.generation = 0
+        #: Every version handed out, by (relation id, number): the same shape under the same
+        #: number is the same object, so rows decoded after a :meth:`reset` (the next staged
+        #: segment) join the rows of their version decoded before it, and another shape that a
+        #: restarted stager numbered alike never does.
+        self._known: dict[tuple[int, int], RelationVersion] = {}
+
+    def _version(self, relation: Relation, number: int) -> RelationVersion:
+        known = self._known.get((relation.relation_id, number))
+        if known is not None and known.relation == relation:
+            return known
+        version = self._known[(relation.relation_id, number)] = RelationVersion(relation, number)
+        return version
+
+    def reset(self) -> None:
+        """Forget what is in force (the versions handed out stay known): a decoder taking the next
+        staged segment starts from its prelude, as a decoder of its own would."""
+        self._current.clear()
+        self.types.clear()
+        self.generation += 1
 
     def apply(self, relation: Relation) -> RelationVersion:
         """Take a Relation message; returns the version now in force for that relation."""
         current = self._current.get(relation.relation_id)
         if current is not None and _shape(current.relation) == _shape(relation):
             return current
-        version = RelationVersion(relation, 1 if current is None else current.version + 1)
+        version = self._version(relation, 1 if current is None else current.version + 1)
         self._current[relation.relation_id] = version
         self.generation += 1
         return version
@@ -81,7 +100,7 @@ class RelationCache:
         its start together with the version numbers the reader of the whole stream gave them;
         seeding keeps ``_relation_version`` the same whichever task decodes a row.
         """
-        seeded = RelationVersion(relation, version)
+        seeded = self._version(relation, version)
         self._current[relation.relation_id] = seeded
         self.generation += 1
         return seeded

@@ -150,8 +150,9 @@ class ChangeRowBuilder:
         self.registry = registry if registry is not None else default_registry()
         self.options = options
         self.binary = binary
-        #: Per relation version, in order of first row: Python lists, or a compiled RowBatch.
-        self._pending: dict[tuple[int, int], Any] = {}
+        #: Per relation version (by the version object's id), in order of first row: Python
+        #: lists, or a compiled RowBatch.
+        self._pending: dict[int, Any] = {}
         #: The compiled loop's lookup: relation id -> RowBatch of the version in force, made
         #: under ``relations.generation`` = ``_generation`` (dropped when that changes).
         self._batches: dict[int, Any] = {}
@@ -279,7 +280,7 @@ class ChangeRowBuilder:
                 offset=0,
                 lsn=lsn,
             )
-        key = (relation_id, version.version)
+        key = id(version)  # one object per shape and number (see RelationCache._known)
         pending = self._pending.get(key)
         if pending is None:
             pending = self._pending[key] = (_Pending(version) if self._pure_rows

@@ -183,6 +183,8 @@ def decode_segments(paths: Iterable[str], start: int, end: int, make_decoder: Ca
 def _segment_rows(decoder: TaskDecoder, table: pa.Table, start: int, end: int) -> Iterator[list[Piece]]:
     """Feed one segment's transactions in ``(start, end]`` to ``decoder``, its prelude first;
     yields pieces whenever the decoder's builder fills."""
+    decoder.relations.reset()  # in force: this segment's prelude, as in a decoder of its own
+    decoder._names.clear()
     ends = table.column("end_lsn")
     prelude = table.filter(pc.equal(ends, PRELUDE))
     decoder.seed(zip(prelude.column("in_stream").to_pylist(), prelude.column("data").to_pylist(),

@@ -110,7 +110,9 @@ class OutputShaper:
             return
         table = self.assemble(pieces)
         if len(pieces) > 1:
-            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending")])
+            # a TRUNCATE of several tables is one message: its rows in table order
+            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_schema", "ascending"),
+                                   ("_table", "ascending")])
         yield from table.combine_chunks().to_batches(max_chunksize=max_rows)
 
     def _own(self, version: RelationVersion, batch: pa.RecordBatch) -> dict[str, pa.Array] | None:
