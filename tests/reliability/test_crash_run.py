@@ -157,7 +157,9 @@ def test_sigkill_during_the_snapshot_then_rerun_is_complete(spark, pg18_dsn, tmp
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
     work = CrashWorkload(pg18_dsn, rate=25.0, seed=11).start()
     try:
-        pipeline.start()
+        # Spark's tasks copy the tables, so the snapshot lasts seconds: copied from the driver
+        # (~0.1 s a small table), it could end before a kill 0-0.5 s after its record appears.
+        pipeline.start(env={"WALSPARK_DRIVER_SNAPSHOT": "0"})
         wait_for(lambda: _snapshot_started(target), timeout=START_TIMEOUT, what="the snapshot", pipeline=pipeline)
         time.sleep(rng.uniform(0.0, 0.5))
         state = pipeline_state(pg18_dsn, target)
