@@ -722,11 +722,16 @@ def test_restarted_stager_a_relation_first_described_inside_a_transaction(tmp_pa
     stager.stage(t2)
     stager.flush()
     assert len(stager.segments) == 3
-    start, end = ta.end_lsn, t2.end_lsn
+    expected, alone, together = _restarted_both_ways(stager, ta.end_lsn, t2.end_lsn)
+    assert [(e.table, e.version) for e in expected] == [("public.ev", 1), ("public.acct", 1)]
+
+
+def _restarted_both_ways(stager, start: int, end: int):  # type: ignore[no-untyped-def]
+    """The range's two segments (the old process's and the new one's) decoded alone and together:
+    equal, one decoder for both, and the stream's rows; returns (expected, alone, together)."""
     segments = [s for s in stager.segments if s.overlaps(start, end)]
     assert len(segments) == 2
     expected = expected_rows(stager, start, end)
-    assert [(e.table, e.version) for e in expected] == [("public.ev", 1), ("public.acct", 1)]
     paths = [s.path for s in segments]
     alone = pa.concat_tables([decode([p], start, end, None, 100).table for p in paths])
     assert envelope(alone) == expected
@@ -734,6 +739,7 @@ def test_restarted_stager_a_relation_first_described_inside_a_transaction(tmp_pa
     assert together.decoders == 1
     assert envelope(together.table) == expected
     assert together.table.equals(alone)
+    return expected, alone, together
 
 
 def test_restarted_stager_versions_of_other_shapes(tmp_path: Path) -> None:
@@ -762,21 +768,11 @@ def test_restarted_stager_versions_of_other_shapes(tmp_path: Path) -> None:
     stager.stage(t3)
     stager.flush()
     assert len(stager.segments) == 4
-    start, end = ta.end_lsn, t3.end_lsn
-    segments = [s for s in stager.segments if s.overlaps(start, end)]
-    assert len(segments) == 2
-    expected = expected_rows(stager, start, end)
+    expected, alone, together = _restarted_both_ways(stager, ta.end_lsn, t3.end_lsn)
     assert [e.version for e in expected] == [2, 3, 2]
-    paths = [s.path for s in segments]
-    alone = pa.concat_tables([decode([p], start, end, None, 100).table for p in paths])
-    assert envelope(alone) == expected
     rows = [(r["id"], r["note"], r["rating"]) for r in alone.column("public.acct").to_pylist()]
     assert rows == [(2, "two", None), (3, "three", 3), (4, "four", 4)]
-    together = decode(paths, start, end, None, 100)
-    assert together.decoders == 1
     assert [(r["id"], r["note"], r["rating"]) for r in together.table.column("public.acct").to_pylist()] == rows
-    assert envelope(together.table) == expected
-    assert together.table.equals(alone)
 
 
 def test_segments_outside_the_range_and_empty_results(tmp_path: Path) -> None:
