@@ -93,6 +93,12 @@ class TaskDecoder:
                 self.relations.apply_type(message)
                 self.registry.note_type(message.type_oid, message.namespace, message.type_name)
 
+    def start_segment(self) -> None:
+        """Forget the Relation/Type messages in force: the next segment's prelude puts its own in
+        force, as in a decoder of its own (rows already taken in stay with their versions)."""
+        self.relations.reset()
+        self._names.clear()
+
     def _keep(self, messages: Iterable[tuple[int, int, bool, bytes]]) -> Iterator[tuple[int, int, bool, bytes]]:
         """Per-table mode: drop other tables' row changes before they are decoded."""
         table, names = self.table, self._names
@@ -183,8 +189,7 @@ def decode_segments(paths: Iterable[str], start: int, end: int, make_decoder: Ca
 def _segment_rows(decoder: TaskDecoder, table: pa.Table, start: int, end: int) -> Iterator[list[Piece]]:
     """Feed one segment's transactions in ``(start, end]`` to ``decoder``, its prelude first;
     yields pieces whenever the decoder's builder fills."""
-    decoder.relations.reset()  # in force: this segment's prelude, as in a decoder of its own
-    decoder._names.clear()
+    decoder.start_segment()
     ends = table.column("end_lsn")
     prelude = table.filter(pc.equal(ends, PRELUDE))
     decoder.seed(zip(prelude.column("in_stream").to_pylist(), prelude.column("data").to_pylist(),

@@ -175,9 +175,10 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             return _refuse(path, "a table feature delta-rs does not write as Spark does")
         done = table.transaction_version(app_id)
         types = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
-        if (done is not None and done >= version) or set(types) != set(names):
+        applied = done is not None and done >= version
+        if applied or set(types) != set(names):
             _keep(local, identity, table)
-            return done is not None and done >= version
+            return applied
     except Exception as exc:  # noqa: BLE001 - Spark answers whatever delta-rs cannot
         return _refuse(path, str(exc))
     properties = CommitProperties(app_transactions=[Transaction(app_id, version)],

@@ -91,7 +91,8 @@ class _Appliers:
         if session is None:
             from pyspark.sql import SparkSession
 
-            session = self._local.session = SparkSession(self.spark.sparkContext, self.spark._jsparkSession.cloneSession())
+            clone = self.spark._jsparkSession.cloneSession()
+            session = self._local.session = SparkSession(self.spark.sparkContext, clone)
         return session
 
 
@@ -276,9 +277,9 @@ class ApplyChanges:
         applied at once from a small thread pool: a micro-batch's cost is mostly fixed per-job
         latency (planning, Delta log, scheduling) that overlaps well. Each thread writes through
         its own clone of the session, because the transaction id of an idempotent write is a
-        session setting (see :class:`_Appliers`). An incompatible schema change of one table does not stop the others;
-        the batch then fails (after recording the tables that were applied), so the stream does
-        not move past the table that could not follow.
+        session setting (see :class:`_Appliers`). An incompatible schema change of one table does
+        not stop the others; the batch then fails (after recording the tables that were applied),
+        so the stream does not move past the table that could not follow.
         """
         from walspark.spark.lake.progress import ProgressTable
 
