@@ -63,9 +63,10 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
         assert_matches_publication(conn, spark, target, "shop", context="after run_once")
 
 
-def test_a_run_with_nothing_to_apply_starts_no_query(spark, pg18_dsn, tmp_path):
+def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, tmp_path, monkeypatch):
     """An idle ``run_once`` confirms the slot and follows the catalog without a streaming query
-    (walspark.pipeline.idle); the changes after it are applied by the next run, none lost."""
+    (walspark.pipeline.idle); one with a few changes applies them from the driver as the query's
+    next batch (walspark.pipeline.driver_batch); the query goes on after both, none lost or doubled."""
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")
     lines: list[str] = []
@@ -73,7 +74,9 @@ def test_a_run_with_nothing_to_apply_starts_no_query(spark, pg18_dsn, tmp_path):
     pipeline.run_once()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO orders VALUES (500, 5, 'before the idle run')")
-        assert pipeline.run_once().query_starts == 1, "a pending change: the query runs"
+        driver = pipeline.run_once()
+        assert driver.query_starts == 0 and driver.rows == 1, driver  # a pending change: the driver batch
+        assert any(line.endswith("rows/s; no query started), slot lag 0 KiB") for line in lines), lines
         slot = "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'shop_slot'"
         before = conn.execute(slot).fetchone()[0]
         conn.execute("ALTER TABLE customers ADD COLUMN email text")  # DDL alone: no change to stream
@@ -94,8 +97,20 @@ def test_a_run_with_nothing_to_apply_starts_no_query(spark, pg18_dsn, tmp_path):
         now = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
         record_idle_mark(str(tmp_path / "lake" / "_walspark" / "staging" / "shop_slot"), int(now))
         after = pipeline.run_once()
-        assert after.query_starts == 1 and after.rows == 11, after
+        assert after.query_starts == 0 and after.rows == 11, after
         assert_matches_publication(conn, spark, target, "shop", context="after the idle run")
+        conn.execute("UPDATE orders SET qty = 1 WHERE id <= 5")
+        monkeypatch.setenv("WALSPARK_DRIVER_BATCH", "0")  # the query goes on after the driver's batches
+        query = pipeline.run_once()
+        assert query.query_starts == 1 and query.rows == 5, query
+        assert_matches_publication(conn, spark, target, "shop", context="after a query following driver batches")
+    checkpoint = tmp_path / "lake" / "_walspark" / "checkpoints" / "shop_slot"
+    ids = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    assert ids == list(range(ids[0], ids[-1] + 1)) and ids[-1] >= 3, ids  # one numbering, no gap
+    notes = [(table, json.loads(meta)["batch_id"]) for table in ("orders", "customers")
+             for (meta,) in spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/{table}`").select("userMetadata")
+             .collect() if meta and "batch_id" in json.loads(meta)]  # fmt: skip
+    assert len(notes) == len(set(notes)) and len(notes) >= 3, f"a batch applied twice: {sorted(notes)}"
 
 
 def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
@@ -224,11 +239,11 @@ exec "{sys.executable}" "$@"
     args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", pg18_dsn, "--publication", "shop",
             "--slot", "shop_slot", "--target", target, "--once", "--master", "local[2]"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                            env={**os.environ, "PYSPARK_PYTHON": str(slow)})
+                            env={**os.environ, "PYSPARK_PYTHON": str(slow), "WALSPARK_DRIVER_BATCH": "0"})
     assert mark.exists(), "the streaming source's interpreter was never started"
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     said = result.stdout + result.stderr
-    assert "could not start a Python worker" in said and "restarting the query from its checkpoint (1/3)" in said, \
+    assert "could not start a Python worker" in said and "restarting the query from its checkpoint (1/5)" in said, \
         said[-4000:]
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert_matches_publication(conn, spark, target, "shop", context="after the restarted query")

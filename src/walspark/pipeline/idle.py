@@ -1,22 +1,26 @@
-"""Whether a ``--once`` run has anything to stream, asked before a streaming query is started.
+"""What a ``--once`` run has to stream, asked before a streaming query is started.
 
-Why: a streaming query costs seconds even when it plans nothing — the Python data source's
-schema and planning workers, the stager's replication connection, the query's start and stop
-(docs/design/fixed-costs.md) — and a scheduled ``run --once`` often finds nothing new. Such a
-run confirms the slot as an idle stream would and skips the query; the rest of the run (the
-catalog followed, maintenance, the table sync's finish) is the same.
+Why: a streaming query costs seconds even when it plans little or nothing — the Python data
+source's schema and planning workers, the stager's replication connection, the query's start,
+its first job and its stop (docs/design/fixed-costs.md) — and a scheduled ``run --once`` often
+finds nothing new, or a few changes. A run that finds nothing confirms the slot as an idle
+stream would and skips the query; one that finds a few plain transactions applies them from the
+driver as the query's next micro-batch (:mod:`walspark.pipeline.driver_batch`). The rest of the
+run (the catalog followed, maintenance, the table sync's finish) is the same.
 
-Nothing is pending when all of these hold, and any doubt (an error, a message of two-phase
-commit, a long peek) runs the query as before:
+:func:`pending` answers with the server's position and the transactions the lake does not have
+yet when all of these hold; any doubt (an error, a message of two-phase commit or a logical
+message, a long peek) answers None and the query runs as before:
 
 * the checkpoint's commit log has a last batch, and no staged transaction, schema barrier or
   prepared transaction lies beyond its end;
 * no table is being copied or handed off by the table sync;
-* the slot holds no transaction that commits after that end: a peek up to the server's current
-  position (``pg_logical_slot_peek_binary_changes``, bounded to :data:`PEEK_ROWS` rows) finds
-  only transactions the lake already has (a PREPARE or COMMIT PREPARED of a two-phase slot is
-  left to the query, whose staging keeps prepared transactions across runs).
+* a peek of the slot up to the server's current position (``pg_logical_slot_peek_binary_changes``,
+  bounded to :data:`PEEK_ROWS` rows) finds only whole transactions of relations, types and row
+  changes (a PREPARE or COMMIT PREPARED of a two-phase slot is left to the query, whose staging
+  keeps prepared transactions across runs).
 
+Nothing is pending when every transaction found commits before the checkpoint's end.
 The slot is then advanced to that position the way the stager confirms an idle keepalive: the
 staging directory's idle mark is written first (so the next query tells this apart from a slot
 moved by another consumer), then ``pg_replication_slot_advance``. Nothing was applied, so the
@@ -26,12 +30,13 @@ slot is never confirmed past what the lakehouse holds.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from walspark.pipeline.settings import RunSettings
 
-__all__ = ["PEEK_ROWS", "confirm_idle", "idle_position"]
+__all__ = ["PEEK_ROWS", "Pending", "confirm_idle", "pending"]
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +47,29 @@ PEEK_ROWS = 10_000
 _BEGIN, _COMMIT = ord("B"), ord("C")
 #: Messages inside a transaction the lake already has: origin, relation, type, the row changes.
 _INSIDE = frozenset(b"ORYIUDT")
+_CHANGES = frozenset(b"IUDT")
 
 
-def idle_position(settings: RunSettings, sync: Any) -> int | None:
-    """The server's WAL position if nothing is pending up to it, else None (run the query)."""
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What the slot holds for the lake up to the server's WAL position ``position``."""
+
+    position: int
+    #: transactions that commit after the checkpoint's last batch, and their row changes
+    transactions: int
+    changes: int
+
+
+def pending(settings: RunSettings, sync: Any) -> Pending | None:
+    """What is pending up to the server's WAL position, or None: run the query."""
     try:
-        return _idle_position(settings, sync)
+        return _pending(settings, sync)
     except Exception as exc:  # noqa: BLE001 - any doubt runs the query, which reports errors its own way
         log.debug("pending changes not ruled out: %s", exc)
         return None
 
 
-def _idle_position(settings: RunSettings, sync: Any) -> int | None:
+def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     from walspark.source.connect import connect_sql
     from walspark.source.names import publication_names_value
     from walspark.source.publications import publication_list
@@ -83,23 +99,25 @@ def _idle_position(settings: RunSettings, sync: Any) -> int | None:
         if row is None:
             return None
         now = int(row[0])
-        rows = 0
-        inside = False
+        rows = transactions = changes = 0
+        inside = new = False
         for _, data in slot_changes(conn, settings.slot, options, upto_lsn=now, upto_nchanges=PEEK_ROWS):
             rows += 1
             kind = data[0]
             if kind == _BEGIN:
                 # its final LSN (where its commit record starts): the lake's last transaction ends before it
-                if int.from_bytes(data[1:9], "big") >= end:
-                    return None
+                new = int.from_bytes(data[1:9], "big") >= end
+                transactions += new
                 inside = True
             elif kind == _COMMIT:
                 inside = False
             elif not (inside and kind in _INSIDE):
                 return None
-        if rows >= PEEK_ROWS:
+            else:
+                changes += new and kind in _CHANGES
+        if rows >= PEEK_ROWS or inside:
             return None
-    return now
+    return Pending(now, transactions, changes)
 
 
 def confirm_idle(settings: RunSettings, lsn: int) -> None:

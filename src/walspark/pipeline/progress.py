@@ -60,29 +60,35 @@ class StreamProgress:
     def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
         if not self.ours(progress):
             return
-        if self.staging is not None:
-            try:  # the batch is in the commit log: let the stager confirm it now (note_committed_end)
+        end = None
+        try:
+            end = json.loads(progress.sources[0].endOffset)["lsn"]
+            if self.staging is not None:  # the batch is in the commit log: the stager may confirm it now
                 from walspark.protocol import parse_lsn
                 from walspark.spark.datasource.staging import note_committed_end
 
-                note_committed_end(self.staging, parse_lsn(json.loads(progress.sources[0].endOffset)["lsn"]))
-            except Exception:
-                log.debug("could not note the committed batch end", exc_info=True)
-        rows = progress.numInputRows
+                note_committed_end(self.staging, parse_lsn(end))
+        except Exception:
+            log.debug("could not note the committed batch end", exc_info=True)
+        self.report(progress.batchId, progress.numInputRows, progress.batchDuration / 1000.0, end)
+
+    def report(self, batch_id: int, rows: int, seconds: float, end_lsn: str | None, note: str = "") -> None:
+        """The line of a batch that applied ``rows`` change rows in ``seconds``, ending at ``end_lsn``
+        (``note``: said after the rate)."""
         if not rows:
             return
-        seconds = max(progress.batchDuration / 1000.0, 1e-3)
+        seconds = max(seconds, 1e-3)
         lag = ""
         try:
-            end = json.loads(progress.sources[0].endOffset)["lsn"]
-            lag_bytes = self._lag_bytes(end)
-            lag = f", slot lag {format_bytes(lag_bytes)}"
-            if self.tracker is not None:
-                self.tracker.lag(lag_bytes)
+            if end_lsn is not None:
+                lag_bytes = self._lag_bytes(end_lsn)
+                lag = f", slot lag {format_bytes(lag_bytes)}"
+                if self.tracker is not None:
+                    self.tracker.lag(lag_bytes)
         except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
-        self.say(f"batch {progress.batchId}: {rows:,} changes applied in {seconds:.1f}s "
-                 f"({rows / seconds:,.0f} rows/s){lag}")  # fmt: skip
+        self.say(f"batch {batch_id}: {rows:,} changes applied in {seconds:.1f}s "
+                 f"({rows / seconds:,.0f} rows/s{note}){lag}")  # fmt: skip
 
     def ours(self, progress) -> bool:  # type: ignore[no-untyped-def]
         """Whether a progress event is of this run's query: its name, and a batch begun since."""

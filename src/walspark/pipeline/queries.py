@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from walspark.pipeline.progress import StreamProgress
 from walspark.pipeline.settings import RunSettings
 from walspark.pipeline.status import Tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
-           "maintain_if_due", "run_queries", "skip_idle", "stop_between_batches"]  # fmt: skip
+__all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_BACKOFF", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
+           "maintain_if_due", "run_queries", "skip_query", "stop_between_batches"]  # fmt: skip
 
 #: Restarts after schema changes before a run gives up. Each restart passes at least one
 #: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
@@ -31,10 +32,12 @@ MAX_SCHEMA_RESTARTS = 1000
 
 #: Query restarts after Spark failed to start a Python worker in time, in a row (no batch applied
 #: in between). Spark waits a fixed 10 s for a new worker process to connect back; on a host whose
-#: CPUs are all busy, starting Python and importing pyspark can take longer. The restarted query
-#: resumes from its checkpoint, so nothing is lost or applied twice; a host where it keeps
-#: happening gets the error.
-WORKER_START_RETRIES = 3
+#: CPUs are all busy, starting Python and importing pyspark can take longer. Each restart waits a
+#: little longer first (:data:`WORKER_START_BACKOFF` seconds times the attempt), so a burst of
+#: load can pass. The restarted query resumes from its checkpoint, so nothing is lost or applied
+#: twice; a host where it keeps happening gets the error.
+WORKER_START_RETRIES = 5
+WORKER_START_BACKOFF = 3.0
 _WORKER_START_FAILURES = ("Python worker failed to connect back",
                           "Timed out while waiting for the Python worker to connect back")
 
@@ -54,11 +57,11 @@ CHANGE_LOG_BATCH_ROWS = 500_000
 
 
 def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
-                tracker: Tracker | None = None) -> int:  # fmt: skip
+                tracker: Tracker | None = None, progress: StreamProgress | None = None) -> int:  # fmt: skip
     """Start the streaming query, again after each schema change; returns how many were started.
 
     Returns early (0 starts) when a stop was requested before the first query, or when a
-    ``--once`` run finds nothing pending (:func:`skip_idle`).
+    ``--once`` run needs none (:func:`skip_query`). ``progress`` prints the batch lines.
     """
     from pyspark.errors import StreamingQueryException
 
@@ -70,6 +73,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     schedule = MaintenanceSchedule(state_home(settings.target, settings.state), settings.maintenance_hours)
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     tracker = tracker or Tracker()
+    progress = progress or StreamProgress(settings.dsn, say, settings.staging, tracker=tracker)
 
     def apply(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
@@ -78,7 +82,8 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
                    "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
                    **settings.options}  # fmt: skip
-        if settings.once and starts == 0 and skip_idle(spark, settings, sink, sync, options, schedule, say):
+        if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
+                                                        progress):  # fmt: skip
             return starts
         starts += 1
         if settings.max_rows_per_batch:
@@ -118,6 +123,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                 if worker_failures <= WORKER_START_RETRIES:
                     say(f"Spark could not start a Python worker within its 10 s (a busy host): restarting the query "
                         f"from its checkpoint ({worker_failures}/{WORKER_START_RETRIES})")
+                    settings.stop.requested.wait(WORKER_START_BACKOFF * worker_failures)
                     continue
             raise
         except KeyboardInterrupt:
@@ -134,19 +140,31 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     return starts
 
 
-def skip_idle(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
-              schedule: Any, say: Callable[[str], None]) -> bool:  # fmt: skip
-    """A ``--once`` run with nothing pending (:mod:`walspark.pipeline.idle`): confirm the slot,
-    follow the catalog and maintain as a drained query would, without starting one; True if so."""
-    from walspark.pipeline.idle import confirm_idle, idle_position
+def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
+               schedule: Any, say: Callable[[str], None], tracker: Tracker, progress: StreamProgress) -> bool:  # fmt: skip
+    """A ``--once`` run that needs no query (:mod:`walspark.pipeline.idle`): nothing pending (the
+    slot confirmed), or a few plain transactions (applied from the driver as the next batch,
+    :mod:`walspark.pipeline.driver_batch`); then the catalog followed and maintenance as a drained
+    query would. True if so: the run starts no query."""
+    from walspark.pipeline.driver_batch import apply_from_driver
+    from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
 
-    position = idle_position(settings, sync)
-    if position is None:
+    found = pending(settings, sync)
+    if found is None:
         return False
-    confirm_idle(settings, position)
-    say(f"nothing to apply up to {format_lsn(position)}: no query started")
+    if not found.transactions:
+        confirm_idle(settings, found.position)
+        say(f"nothing to apply up to {format_lsn(found.position)}: no query started")
+    else:
+        if tracker.state in ("starting", "snapshot"):
+            tracker.phase("streaming")
+        def before(schema: Any) -> None:
+            follow_catalog(spark, sink, schema, sync.published())
+
+        if not apply_from_driver(spark, settings, sink, options, found, tracker, progress.report, before):
+            return False
     schema = PgoutputDataSource(options).schema()  # the query's own schema, computed here in-process
     follow_catalog(spark, sink, schema, sync.published(), drained=True)
     maintain_if_due(spark, settings, schedule, say)

@@ -72,7 +72,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     ok = False
     try:
-        starts = run_queries(spark, settings, sink, sync, say, tracker)
+        starts = run_queries(spark, settings, sink, sync, say, tracker, progress)
         if settings.once and not settings.stop.requested.is_set():
             sync.finish()  # --once ends with every table copied and handed off to the stream
         ok = True

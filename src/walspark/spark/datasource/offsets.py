@@ -12,6 +12,7 @@ many whole transactions as the limit allows" is tested without Spark.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 from walspark.protocol import format_lsn, parse_lsn
 from walspark.storage import Location, location
 
-__all__ = ["TxnEntry", "from_offset", "last_committed_end", "plan_end", "to_offset"]
+__all__ = ["CommittedBatch", "TxnEntry", "from_offset", "last_batch", "last_committed_end", "plan_end", "to_offset"]
 
 
 def to_offset(lsn: int) -> dict[str, str]:
@@ -97,3 +98,62 @@ def last_committed_end(checkpoint: str | Path | Location) -> int | None:
         return None
     lines = (root / "offsets" / str(max(batches))).read_text().splitlines()
     return from_offset(json.loads(lines[-1])) if len(lines) >= 3 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """The last batch of a query's checkpoint, in both its offset log and its commit log.
+
+    What the driver needs to run the query's next micro-batch itself (``walspark run --once``
+    with a few changes pending, :mod:`walspark.pipeline.driver_batch`): the batch id, its end LSN,
+    and Spark's own lines to write the next entries with (the offset log's metadata, the commit
+    log's entry).
+    """
+
+    checkpoint: Location
+    batch_id: int
+    end: int
+    metadata: str
+    commit_entry: str
+
+    def log_next(self, end: int) -> int:
+        """Write batch ``batch_id + 1``, reading ``(self.end, end]``, to the offset log; its id.
+
+        As Spark does before it runs a batch: a crash after this line leaves a batch that the next
+        query replays with the same range (the same staged segments, Delta's transaction ids
+        skipping the tables already written).
+        """
+        metadata = json.loads(self.metadata)
+        metadata["batchTimestampMs"] = int(time.time() * 1000)
+        batch_id = self.batch_id + 1
+        text = f"v1\n{json.dumps(metadata, separators=(',', ':'))}\n{json.dumps(to_offset(end))}"
+        _write_entry(self.checkpoint / "offsets", batch_id, text)
+        return batch_id
+
+    def commit_next(self) -> None:
+        """Write batch ``batch_id + 1`` to the commit log: its sink returned, the next query starts after it."""
+        _write_entry(self.checkpoint / "commits", self.batch_id + 1, self.commit_entry)
+
+
+def _write_entry(log: Location, batch_id: int, text: str) -> None:
+    (log / f".{batch_id}.crc").delete()  # Hadoop's checksum of an older file of that name would not match
+    (log / str(batch_id)).write_text(text, tmp_name=f".{batch_id}.walspark.tmp")
+
+
+def last_batch(checkpoint: str | Path | Location) -> CommittedBatch | None:
+    """The checkpoint's last batch if it is committed and nothing was planned after it, else None.
+
+    None also when the checkpoint is not Spark's format version 1 or has no batch yet: the query
+    then runs as usual.
+    """
+    root = location(checkpoint)
+    planned = [int(p.name) for p in (root / "offsets").list() if p.name.isdigit()]
+    committed = [int(p.name) for p in (root / "commits").list() if p.name.isdigit()]
+    if not planned or not committed or max(planned) != max(committed):
+        return None
+    batch_id = max(planned)
+    lines = (root / "offsets" / str(batch_id)).read_text().splitlines()
+    entry = (root / "commits" / str(batch_id)).read_text()
+    if len(lines) != 3 or lines[0] != "v1" or not entry.startswith("v1\n"):
+        return None
+    return CommittedBatch(root, batch_id, from_offset(json.loads(lines[2])), lines[1], entry)

@@ -44,7 +44,7 @@ from walspark.protocol import parse_lsn
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
-from walspark.spark.datasource.schema import OutputLayout, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
+from walspark.spark.datasource.schema import OutputLayout, SchemaChangedError, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
 from walspark.spark.datasource.staging import Stager
 from walspark.storage import Location, location
 
@@ -205,6 +205,16 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         self._live().commit(from_offset(end))
+
+    def schema_barrier(self) -> SchemaChangedError | None:
+        """The schema change staging stopped at, if any: the query must restart past it."""
+        return self._live().schema_barrier()
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of what :meth:`read` yields."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.schema, timezone="UTC")
 
     def stop(self) -> None:
         if self._stager is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 from walspark.spark.lake.apply import ApplyResult, _apply_table
 from walspark.spark.lake.columns import Mode
-from walspark.spark.lake.driver_merge import collect_small
+from walspark.spark.lake.driver_merge import collect_small, row_limit
 from walspark.spark.lake.evolution import (
     SchemaEvolutionError,
     TargetTable,
@@ -213,22 +214,26 @@ class ApplyChanges:
     def options_for(self, schema: str, table: str) -> _TableOptions:
         return self._tables.get(f"{schema}.{table}", _TableOptions())
 
-    def foreach_batch(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
-        """Apply a per-table change batch (a ``foreachBatch`` function)."""
+    def foreach_batch(self, batch_df: DataFrame, batch_id: int, arrow: pa.Table | None = None) -> list[ApplyResult]:
+        """Apply a per-table change batch (a ``foreachBatch`` function).
 
-        if self._fold_seconds is not None:  # change-log mode: the batch is read once, as Arrow
-            return self._with_sync(batch_df, batch_id)
+        ``arrow``: the batch's rows already on the driver, as ``batch_df.toArrow()`` would give them
+        (a batch the driver decoded itself): no Spark job reads them again.
+        """
+
+        if self._fold_seconds is not None or arrow is not None:  # the batch is read once, as Arrow
+            return self._with_sync(batch_df, batch_id, arrow)
         batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
         try:
-            return self._with_sync(batch_df, batch_id)
+            return self._with_sync(batch_df, batch_id, None)
         finally:
             batch_df.unpersist()
 
-    def _with_sync(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+    def _with_sync(self, batch_df: DataFrame, batch_id: int, arrow: pa.Table | None) -> list[ApplyResult]:
         if self._sync is not None:
             with self._sync.batch(batch_id):
-                return self._apply_tables(batch_df, batch_id)
-        return self._apply_tables(batch_df, batch_id)
+                return self._apply_tables(batch_df, batch_id, arrow)
+        return self._apply_tables(batch_df, batch_id, arrow)
 
     def flush(self) -> None:
         """Wait until the last batch's progress rows are written; raise what made them fail.
@@ -270,7 +275,7 @@ class ApplyChanges:
             raise ValueError("parallelism must be at least 1")
         return replace(self, _parallelism=tables)
 
-    def _apply_tables(self, batch_df: DataFrame, batch_id: int) -> list[ApplyResult]:
+    def _apply_tables(self, batch_df: DataFrame, batch_id: int, given: pa.Table | None = None) -> list[ApplyResult]:
         """Apply each table of the batch, recording their progress in one commit at the end.
 
         Tables are independent (their own Delta table, MERGE and transaction id), so several are
@@ -292,7 +297,10 @@ class ApplyChanges:
         # need no further Spark job (see .driver_append). The direct mode does too when the batch
         # is small (its plain MERGEs are then made from the driver, see .driver_merge); a large
         # batch is read and applied in Spark.
-        arrow = batch_df.toArrow() if folder is not None else collect_small(batch_df, self.target)
+        if given is not None:
+            arrow = given if folder is not None or given.num_rows <= row_limit() else None
+        else:
+            arrow = batch_df.toArrow() if folder is not None else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
 

@@ -1,0 +1,124 @@
+"""A ``--once`` run's few pending changes applied from the driver, as the query's next micro-batch.
+
+Why: the streaming query's first micro-batch costs seconds before its first row — the Python
+data source's schema worker, the source process with its own stager, a Spark job whose task
+starts a Python worker to decode, the Arrow copy back to the driver (docs/design/fixed-costs.md)
+— while a scheduled ``run --once`` usually finds a few transactions. When the peek of
+:mod:`walspark.pipeline.idle` finds only plain transactions (at most
+:data:`~walspark.pipeline.idle.PEEK_ROWS` rows), the driver does here what the query would do,
+with the same objects, in the same order, and leaves the checkpoint as the query would have:
+
+1. the data source's own stream reader (:class:`~walspark.spark.datasource.stream_reader.PgoutputStreamReader`),
+   in this process, stages the slot up to the server's current position (``Trigger.AvailableNow``)
+   and plans the batch ``(end of batch N, end]`` from the checkpoint's last batch N;
+2. batch N+1 is written to the checkpoint's offset log — from here a crash is a batch the next
+   query replays with the same range and the same staged segments;
+3. the reader decodes the batch's segments (what a task would); the sink applies the rows as
+   batch N+1 (Delta's transaction ids N+1, the progress rows);
+4. batch N+1 goes to the commit log; the reader's ``commit(end)`` confirms the slot and frees
+   the segments, and stopping the reader sends the confirmation.
+
+Anything else — a schema change (the stager's barrier), a batch the row limits would split, a
+checkpoint or target that is not on local disk, an older checkpoint's batch not committed —
+leaves the decision to the query, before anything is written: staged segments are kept and
+served to the query's own stager. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from walspark.pipeline.settings import RunSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from walspark.pipeline.idle import Pending
+    from walspark.pipeline.status import Tracker
+
+__all__ = ["DRIVER_BATCH", "apply_from_driver"]
+
+log = logging.getLogger(__name__)
+
+#: Environment variable: ``0`` makes every ``--once`` run with pending changes start the query.
+DRIVER_BATCH = "WALSPARK_DRIVER_BATCH"
+
+
+def enabled(settings: RunSettings, found: Pending) -> bool:
+    """Whether the pending changes may be applied from the driver (before anything is staged)."""
+    from walspark.pipeline.idle import PEEK_ROWS
+    from walspark.spark.lake.driver_merge import row_limit
+    from walspark.storage import location
+
+    if os.environ.get(DRIVER_BATCH, "1") == "0" or not found.transactions:
+        return False
+    limits = [n for n in (settings.max_rows_per_batch, row_limit()) if n]
+    if any(n < max(found.changes, 1) for n in limits) or found.changes >= PEEK_ROWS:
+        return False  # the query would take it in several batches, or apply it through Spark
+    return all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging))
+
+
+def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, options: dict[str, str],
+                      found: Pending, tracker: Tracker, report: Callable[..., None],
+                      before: Callable[[Any], None]) -> bool:  # fmt: skip
+    """Apply ``found`` from the driver as the query's next batch (see the module docstring).
+
+    ``before(schema)`` is what runs before a query starts (the tables follow the catalog), given
+    the schema the query would declare. Returns False, having written nothing but staged
+    segments, when the query should run instead.
+    ``report(batch_id, rows, seconds, end, note)`` prints the batch line
+    (:meth:`walspark.pipeline.progress.StreamProgress.report`).
+    """
+    import pyarrow as pa
+
+    from walspark.protocol import format_lsn
+    from walspark.spark.datasource.offsets import from_offset, last_batch, to_offset
+    from walspark.spark.datasource.schema import SchemaChangedError
+    from walspark.spark.datasource.source import PgoutputDataSource
+    from walspark.spark.lake.folder import crash_point
+
+    if not enabled(settings, found):
+        return False
+    last = last_batch(settings.checkpoint)
+    if last is None:
+        return False
+    began = time.monotonic()
+    source = PgoutputDataSource(options)
+    schema = source.schema()
+    before(schema)
+    reader = source.streamReader(schema)
+    try:
+        reader.prepareForTriggerAvailableNow()
+        start = to_offset(last.end)
+        try:
+            end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
+        except SchemaChangedError:
+            return False
+        if end <= last.end or reader.schema_barrier() is not None:
+            return False  # nothing staged after all, or a schema change ahead: the query's restarts handle it
+        batch_id = last.log_next(end)
+        crash_point("driver-batch-logged")
+        table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],
+                                      schema=reader.arrow_schema())  # fmt: skip
+        frame = spark.createDataFrame(table, schema)  # for the tables Spark applies (the driver's take the Arrow)
+        tracker.batch_applied(batch_id, sink.foreach_batch(frame, batch_id, arrow=table.cast(arrow_schema(spark, schema))))
+        crash_point("driver-batch-applied")
+        last.commit_next()
+        reader.commit(to_offset(end))
+    finally:
+        reader.stop()  # the stager's last act: the slot's confirmation
+    report(batch_id, table.num_rows, time.monotonic() - began, format_lsn(end), "; no query started")
+    return True
+
+
+def arrow_schema(spark: SparkSession, schema: Any) -> Any:
+    """The Arrow schema ``DataFrame.toArrow()`` gives a batch of ``schema`` in this session."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    large = str(spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false")).lower() == "true"
+    return to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC",
+                           prefers_large_types=large)  # fmt: skip
