@@ -96,8 +96,9 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
 
         now = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
         record_idle_mark(str(tmp_path / "lake" / "_walspark" / "staging" / "shop_slot"), int(now))
-        after = pipeline.run_once()
-        assert after.query_starts == 0 and after.rows == 11, after
+        after = pipeline.max_rows_per_batch(4).run_once()  # whole transactions: the 10 rows, then 1
+        assert after.query_starts == 0 and after.rows == 11 and after.batches == 2, after
+        pipeline.max_rows_per_batch(None)
         assert_matches_publication(conn, spark, target, "shop", context="after the idle run")
         conn.execute("UPDATE orders SET qty = 1 WHERE id <= 5")
         monkeypatch.setenv("WALSPARK_DRIVER_BATCH", "0")  # the query goes on after the driver's batches

@@ -18,10 +18,14 @@ with the same objects, in the same order, and leaves the checkpoint as the query
 4. batch N+1 goes to the commit log; the reader's ``commit(end)`` confirms the slot and frees
    the segments, and stopping the reader sends the confirmation.
 
-Anything else — a schema change (the stager's barrier), a batch the row limits would split, a
-checkpoint or target that is not on local disk, an older checkpoint's batch not committed —
-leaves the decision to the query, before anything is written: staged segments are kept and
-served to the query's own stager. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
+Like ``Trigger.AvailableNow``, it repeats until everything up to the server's position at the
+start is applied: the reader hands over what is staged while the stager reads on, so a backlog
+of thousands of transactions may take two or three batches.
+
+Anything else — a schema change (the stager's barrier), batches larger than the sink merges
+from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target that is not on local disk, an older checkpoint's batch not committed —
+leaves the rest to the query, before the next batch is written: staged segments are kept and
+served to the query's own stager, which goes on from the checkpoint's last batch. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from walspark.pipeline.settings import RunSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from walspark.spark.datasource.offsets import CommittedBatch
+
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
 
@@ -50,70 +56,84 @@ DRIVER_BATCH = "WALSPARK_DRIVER_BATCH"
 
 
 def enabled(settings: RunSettings, found: Pending) -> bool:
-    """Whether the pending changes may be applied from the driver (before anything is staged)."""
-    from walspark.pipeline.idle import PEEK_ROWS
+    """Whether the pending changes may be applied from the driver (before anything is staged):
+    its batches must be ones the sink merges from the driver too (``WALSPARK_DRIVER_MERGE_ROWS``)."""
     from walspark.spark.lake.driver_merge import row_limit
     from walspark.storage import location
 
     if os.environ.get(DRIVER_BATCH, "1") == "0" or not found.transactions:
         return False
-    limits = [n for n in (settings.max_rows_per_batch, row_limit()) if n]
-    if any(n < max(found.changes, 1) for n in limits) or found.changes >= PEEK_ROWS:
-        return False  # the query would take it in several batches, or apply it through Spark
+    limit = row_limit()
+    if not limit or min(settings.max_rows_per_batch or found.changes, found.changes) > limit:
+        return False
     return all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging))
 
 
 def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, options: dict[str, str],
                       found: Pending, tracker: Tracker, report: Callable[..., None],
                       before: Callable[[Any], None]) -> bool:  # fmt: skip
-    """Apply ``found`` from the driver as the query's next batch (see the module docstring).
+    """Apply ``found`` from the driver as the query's next batches (see the module docstring).
 
     ``before(schema)`` is what runs before a query starts (the tables follow the catalog), given
-    the schema the query would declare. Returns False, having written nothing but staged
-    segments, when the query should run instead.
-    ``report(batch_id, rows, seconds, end, note)`` prints the batch line
-    (:meth:`walspark.pipeline.progress.StreamProgress.report`).
+    the schema the query would declare. Returns True when everything up to the server's position
+    is applied; False when the query should run for the rest (a schema change ahead), or instead
+    (nothing written then but staged segments). ``report(batch_id, rows, seconds, end, note)``
+    prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
     """
-    import pyarrow as pa
-
-    from walspark.protocol import format_lsn
-    from walspark.spark.datasource.offsets import from_offset, last_batch, to_offset
-    from walspark.spark.datasource.schema import SchemaChangedError
+    from walspark.spark.datasource.offsets import last_batch
     from walspark.spark.datasource.source import PgoutputDataSource
-    from walspark.spark.lake.folder import crash_point
 
     if not enabled(settings, found):
         return False
     last = last_batch(settings.checkpoint)
     if last is None:
         return False
-    began = time.monotonic()
     source = PgoutputDataSource(options)
     schema = source.schema()
     before(schema)
     reader = source.streamReader(schema)
     try:
         reader.prepareForTriggerAvailableNow()
-        start = to_offset(last.end)
-        try:
-            end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
-        except SchemaChangedError:
-            return False
-        if end <= last.end or reader.schema_barrier() is not None:
-            return False  # nothing staged after all, or a schema change ahead: the query's restarts handle it
-        batch_id = last.log_next(end)
-        crash_point("driver-batch-logged")
-        table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],
-                                      schema=reader.arrow_schema())  # fmt: skip
-        arrow = table.cast(arrow_schema(spark, schema))
-        tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
-        crash_point("driver-batch-applied")
-        last.commit_next()
-        reader.commit(to_offset(end))
+        applied = 0
+        while True:  # as Trigger.AvailableNow: batches until everything up to the target is applied
+            began = time.monotonic()
+            done = _next_batch(spark, reader, schema, sink, last, tracker)
+            if done is None:
+                return applied > 0 and reader.schema_barrier() is None
+            last, rows = done
+            applied += 1
+            report(last.batch_id, rows, time.monotonic() - began, last.end_text, "; no query started")
     finally:
         reader.stop()  # the stager's last act: the slot's confirmation
-    report(batch_id, table.num_rows, time.monotonic() - began, format_lsn(end), "; no query started")
-    return True
+
+
+def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: CommittedBatch,
+                tracker: Tracker) -> tuple[CommittedBatch, int] | None:  # fmt: skip
+    """Plan, log, apply and commit the batch after ``last``: the committed batch and its rows, or
+    None when there is none (everything up to the target applied, or a schema change ahead)."""
+    import pyarrow as pa
+
+    from walspark.spark.datasource.offsets import from_offset, to_offset
+    from walspark.spark.datasource.schema import SchemaChangedError
+    from walspark.spark.lake.folder import crash_point
+
+    start = to_offset(last.end)
+    try:
+        end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
+    except SchemaChangedError:
+        return None
+    if end <= last.end or reader.schema_barrier() is not None:
+        return None  # the query's restarts take a schema change (staging stops before it)
+    batch_id = last.log_next(end)
+    crash_point("driver-batch-logged")
+    table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],
+                                  schema=reader.arrow_schema())  # fmt: skip
+    arrow = table.cast(arrow_schema(spark, schema))
+    tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
+    crash_point("driver-batch-applied")
+    last.commit_next()
+    reader.commit(to_offset(end))
+    return last.next(end), table.num_rows
 
 
 def arrow_schema(spark: SparkSession, schema: Any) -> Any:

@@ -82,14 +82,14 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
                    "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
                    **settings.options}  # fmt: skip
-        if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
-                                                        progress):  # fmt: skip
-            return starts
-        starts += 1
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         elif settings.change_log:  # its batches come to the driver (as Arrow): a backlog in bounded bites
             options["maxRowsPerBatch"] = str(CHANGE_LOG_BATCH_ROWS)
+        if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
+                                                        progress):  # fmt: skip
+            return starts
+        starts += 1
         changes = spark.readStream.format("pgoutput").options(**options).load()
         follow_catalog(spark, sink, changes.schema, sync.published())
         writer = (

@@ -130,6 +130,14 @@ class CommittedBatch:
         _write_entry(self.checkpoint / "offsets", batch_id, text)
         return batch_id
 
+    @property
+    def end_text(self) -> str:
+        return format_lsn(self.end)
+
+    def next(self, end: int) -> CommittedBatch:
+        """The batch after this one, ending at ``end``, once it is in the commit log."""
+        return CommittedBatch(self.checkpoint, self.batch_id + 1, end, self.metadata, self.commit_entry)
+
     def commit_next(self) -> None:
         """Write batch ``batch_id + 1`` to the commit log: its sink returned, the next query starts after it."""
         _write_entry(self.checkpoint / "commits", self.batch_id + 1, self.commit_entry)
