@@ -23,9 +23,10 @@ start is applied: the reader hands over what is staged while the stager reads on
 of thousands of transactions may take two or three batches.
 
 Anything else — a schema change (the stager's barrier), batches larger than the sink merges
-from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target that is not on local disk, an older checkpoint's batch not committed —
-leaves the rest to the query, before the next batch is written: staged segments are kept and
-served to the query's own stager, which goes on from the checkpoint's last batch. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
+from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target not on local disk, a
+checkpoint whose last batch is not committed — leaves the rest to the query, before the next
+batch is written: staged segments are kept and served to the query's own stager, which goes on
+from the checkpoint's last batch. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
 """
 
 from __future__ import annotations
