@@ -38,9 +38,10 @@ class Installed:
     cache: Path
     install_seconds: float
 
-    def run(self, args: Sequence[str], timeout: float = 600) -> str:
-        """Run a command of the venv (``walspark``, ``spark-submit``) in the empty folder; its output."""
-        return run_ok([str(self.venv / "bin" / args[0]), *args[1:]], self.folder, self.env, timeout)
+    def run(self, args: Sequence[str], timeout: float = 600, env: dict[str, str] | None = None) -> str:
+        """Run a command of the venv (``walspark``, ``spark-submit``) in the empty folder; its output
+        (``env``: variables on top of :attr:`env`)."""
+        return run_ok([str(self.venv / "bin" / args[0]), *args[1:]], self.folder, {**self.env, **(env or {})}, timeout)
 
 
 def run_ok(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:

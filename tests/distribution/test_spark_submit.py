@@ -24,7 +24,8 @@ from .support import Installed
 ENTRY = "from walspark.cli.main import main\n\nmain()\n"
 
 
-def _submit(venv: Installed, jars: str, entry: Path, events: Path, dsn: str, target: Path, *extra: str) -> str:
+def _submit(venv: Installed, jars: str, entry: Path, events: Path, dsn: str, target: Path, *extra: str,
+            env: dict[str, str] | None = None) -> str:  # fmt: skip
     """One ``walspark run --once`` as a spark-submit application (master, workers, executors on loopback)."""
     return venv.run([
         "spark-submit", "--master", "local-cluster[2,1,1024]", "--jars", jars, *extra,
@@ -33,7 +34,7 @@ def _submit(venv: Installed, jars: str, entry: Path, events: Path, dsn: str, tar
         "--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false",
         str(entry), "run", "--dsn", dsn, "--publication", "pub_submit", "--slot", "submit_slot",
         "--target", str(target), "--once",
-    ], timeout=600)
+    ], timeout=600, env=env)
 
 
 def _applications(events: Path) -> list[list[dict]]:
@@ -65,8 +66,9 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, pg18_ds
         conn.execute("INSERT INTO public.items SELECT g, 'new ' || g, g, NULL, now() FROM generate_series(501, 600) g")
         conn.execute("UPDATE public.items SET price = price + 1, tags = tags || '{u}' WHERE id % 7 = 0")
         conn.execute("DELETE FROM public.items WHERE id % 11 = 0")
-    # the stream: changes since the snapshot
-    _submit(installed, jars, entry, events, pg18_dsn, target)
+    # the stream: changes since the snapshot, decoded by the query's tasks on the executors (a --once
+    # run with this few changes would otherwise apply them from the driver: walspark.pipeline.driver_batch)
+    _submit(installed, jars, entry, events, pg18_dsn, target, env={"WALSPARK_DRIVER_BATCH": "0"})
     print(f"\nspark-submit runs: snapshot {first:.0f}s, stream {time.monotonic() - started - first:.0f}s")
 
     with psycopg.connect(pg18_dsn) as conn:
