@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
 
-__all__ = ["DRIVER_BATCH", "ArrowFrame", "apply_from_driver"]
+__all__ = ["DRIVER_BATCH", "ArrowFrame", "apply_from_driver", "enabled"]
 
 log = logging.getLogger(__name__)
 
@@ -70,28 +70,22 @@ def enabled(settings: RunSettings, found: Pending) -> bool:
     return all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging))
 
 
-def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, options: dict[str, str],
-                      found: Pending, tracker: Tracker, report: Callable[..., None],
-                      before: Callable[[Any], None]) -> bool:  # fmt: skip
-    """Apply ``found`` from the driver as the query's next batches (see the module docstring).
+def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, source: Any, schema: Any,
+                      tracker: Tracker, report: Callable[..., None]) -> bool:  # fmt: skip
+    """Apply what is pending from the driver as the query's next batches (see the module docstring),
+    once :func:`enabled` said so: ``source`` is the run's ``PgoutputDataSource``, ``schema`` the
+    schema the query would declare (the tables already follow it).
 
-    ``before(schema)`` is what runs before a query starts (the tables follow the catalog), given
-    the schema the query would declare. Returns True when everything up to the server's position
-    is applied; False when the query should run for the rest (a schema change ahead), or instead
-    (nothing written then but staged segments). ``report(batch_id, rows, seconds, end, note)``
-    prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
+    Returns True when everything up to the server's position is applied; False when the query
+    should run for the rest (a schema change ahead), or instead (nothing written then but staged
+    segments). ``report(batch_id, rows, seconds, end, note)`` prints a batch's line
+    (:meth:`walspark.pipeline.progress.StreamProgress.report`).
     """
     from walspark.spark.datasource.offsets import last_batch
-    from walspark.spark.datasource.source import PgoutputDataSource
 
-    if not enabled(settings, found):
-        return False
     last = last_batch(settings.checkpoint)
     if last is None:
         return False
-    source = PgoutputDataSource(options)
-    schema = source.schema()
-    before(schema)
     reader = source.streamReader(schema)
     try:
         reader.prepareForTriggerAvailableNow()

@@ -146,26 +146,25 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
     slot confirmed), or a few plain transactions (applied from the driver as the next batch,
     :mod:`walspark.pipeline.driver_batch`); then the catalog followed and maintenance as a drained
     query would. True if so: the run starts no query."""
-    from walspark.pipeline.driver_batch import apply_from_driver
+    from walspark.pipeline.driver_batch import apply_from_driver, enabled
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
 
     found = pending(settings, sync)
-    if found is None:
+    if found is None or (found.transactions and not enabled(settings, found)):
         return False
+    source = PgoutputDataSource(options)
+    schema = source.schema()  # the query's own schema, computed here in-process
     if not found.transactions:
         confirm_idle(settings, found.position)
         say(f"nothing to apply up to {format_lsn(found.position)}: no query started")
     else:
         if tracker.state in ("starting", "snapshot"):
             tracker.phase("streaming")
-        def before(schema: Any) -> None:
-            follow_catalog(spark, sink, schema, sync.published())
-
-        if not apply_from_driver(spark, settings, sink, options, found, tracker, progress.report, before):
+        follow_catalog(spark, sink, schema, sync.published())  # as before a query
+        if not apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report):
             return False
-    schema = PgoutputDataSource(options).schema()  # the query's own schema, computed here in-process
     follow_catalog(spark, sink, schema, sync.published(), drained=True)
     maintain_if_due(spark, settings, schedule, say)
     return True

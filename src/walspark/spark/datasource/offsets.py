@@ -93,7 +93,7 @@ def last_committed_end(checkpoint: str | Path | Location) -> int | None:
     query reads one source).
     """
     root = location(checkpoint)
-    batches = [int(p.name) for p in (root / "commits").list() if p.name.isdigit()]
+    batches = _batch_ids(root / "commits")
     if not batches:
         return None
     lines = (root / "offsets" / str(max(batches))).read_text().splitlines()
@@ -155,8 +155,7 @@ def last_batch(checkpoint: str | Path | Location) -> CommittedBatch | None:
     then runs as usual.
     """
     root = location(checkpoint)
-    planned = [int(p.name) for p in (root / "offsets").list() if p.name.isdigit()]
-    committed = [int(p.name) for p in (root / "commits").list() if p.name.isdigit()]
+    planned, committed = _batch_ids(root / "offsets"), _batch_ids(root / "commits")
     if not planned or not committed or max(planned) != max(committed):
         return None
     batch_id = max(planned)
@@ -165,3 +164,8 @@ def last_batch(checkpoint: str | Path | Location) -> CommittedBatch | None:
     if len(lines) != 3 or lines[0] != "v1" or not entry.startswith("v1\n"):
         return None
     return CommittedBatch(root, batch_id, from_offset(json.loads(lines[2])), lines[1], entry)
+
+
+def _batch_ids(log: Location) -> list[int]:
+    """The batch ids of a Spark metadata log (its files named by number; ``.crc`` and temp files not)."""
+    return [int(p.name) for p in log.list() if p.name.isdigit()]
