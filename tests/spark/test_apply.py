@@ -307,6 +307,26 @@ def _odd_txn(src: Source, rnd: random.Random, batch: int) -> None:
                 f"""UPDATE "Odd Name" SET "Key" = "Key" || '+' WHERE "Key" = 'k{batch - 1}-3'""")  # fmt: skip
 
 
+TOAST_DDL = """CREATE TABLE docs (id int PRIMARY KEY, n int, body text);
+ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL"""
+
+
+def _toast_txn(src: Source, rnd: random.Random, batch: int) -> None:
+    """Updates that leave a TOASTed column unchanged: of rows in the target, of rows inserted or
+    given a new value earlier in the same batch, and of a key deleted and inserted again."""
+    base = 10 * batch
+    src.sql(f"INSERT INTO docs VALUES ({base}, 0, %s), ({base + 1}, 0, %s), ({base + 2}, 0, %s)",
+            params=tuple(_blob(rnd, 3000) for _ in range(3)))
+    src.sql(f"UPDATE docs SET n = n + 1 WHERE id = {base}",  # unchanged: the value is earlier in the batch
+            f"UPDATE docs SET body = %s WHERE id = {base + 1}", f"UPDATE docs SET n = 7 WHERE id = {base + 1}",
+            params=(_blob(rnd, 3000),))  # fmt: skip
+    if batch:
+        src.sql(f"UPDATE docs SET n = n + 100 WHERE id < {base}",  # unchanged: the target's to keep
+                f"DELETE FROM docs WHERE id = {base - 8}",
+                f"INSERT INTO docs VALUES ({base - 8}, -1, %s)", f"UPDATE docs SET n = -2 WHERE id = {base - 8}",
+                f"UPDATE docs SET n = n + 1 WHERE id = {base - 10}", params=(_blob(rnd, 3000),))  # fmt: skip
+
+
 def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory, spark, tmp_path, monkeypatch,
                                                                  deletion_vectors):  # fmt: skip
     """The same batches through the sink twice: small plain batches merged from the driver with
@@ -315,7 +335,7 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
     vectors, which it leaves to Spark; and a replay is skipped by the transaction it committed."""
     from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
 
-    src = source_factory(WORKLOAD_DDL + ";" + ODD_DDL)
+    src = source_factory(WORKLOAD_DDL + ";" + ODD_DDL + ";" + TOAST_DDL)
     rnd = random.Random(31)
     live: set[int] = set()
     next_id = [1]
@@ -326,8 +346,9 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
         for _ in range(12):
             _random_txn(src, rnd, live, next_id)
         _odd_txn(src, rnd, round_)
+        _toast_txn(src, rnd, round_)
         if round_ == 1:  # delta-rs writes checkpoints too (at its commits), which Spark must read
-            for table in ("items", "pairs", "Odd Name"):
+            for table in ("items", "pairs", "Odd Name", "docs"):
                 spark.sql(f"ALTER TABLE delta.`{tmp_path / 'driver' / 'public' / table}` "
                           "SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")  # fmt: skip
         for df in src.drain():
@@ -337,7 +358,7 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
                 sink.flush()
             last = (df, batch_id)
             batch_id += 1
-    for table, json_cols in (("items", ("doc",)), ("pairs", ()), ("Odd Name", ())):
+    for table, json_cols in (("items", ("doc",)), ("pairs", ()), ("Odd Name", ()), ("docs", ())):
         paths = {way: str(tmp_path / way / "public" / table) for way in sinks}
         want = canon(src.rows(f'public."{table}"' if table != "Odd Name" else  # Spark shows UTC, naive
                               """(SELECT "Key", "a b", at AT TIME ZONE 'UTC' AS at, arr, blob, n FROM "Odd Name") o"""),
@@ -349,6 +370,10 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
         assert not any(e.startswith("delta-rs") for e in engines["spark"]), (table, engines)
         assert any(e.startswith("delta-rs") for e in engines["driver"]) is not deletion_vectors, (table, engines)
         assert list((tmp_path / "driver" / "public" / table / "_delta_log").glob("*.checkpoint.parquet"))
+    # Unchanged TOAST values, kept from the batch or from the target, were merged from the driver too.
+    writes = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'driver' / 'public' / 'docs'}`").where(
+        "userMetadata LIKE '%batch_id%'").collect()
+    assert len(writes) == 2 and all(w.engineInfo.startswith("delta-rs") is not deletion_vectors for w in writes)
     # A replay after a crash that lost the progress rows: the delta-rs commit's transaction skips it.
     import shutil
 

@@ -7,9 +7,13 @@ every table of the batch (:func:`collect_small`), and delta-rs merges it into th
 commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta table.
 
 What goes this way: the SCD1 batches whose MERGE is the plain one — a replica identity key, no
-TRUNCATE, no unchanged TOAST value, one replica identity, no column to add, drop or rename
-(:func:`plain`), of a local table whose protocol delta-rs writes exactly (:func:`writable`:
-column mapping yes, deletion vectors or change data feed no). Everything else, and any table
+TRUNCATE, no key change leaving a TOAST value unchanged, one replica identity, no column to add,
+drop or rename (:func:`plain`), of a local table whose protocol delta-rs writes exactly
+(:func:`writable`: column mapping yes, deletion vectors or change data feed no). Unchanged TOAST
+values are resolved as Spark's fold resolves them (the key's latest earlier value in the batch,
+else the target's, kept by the MERGE), after checking that the target holds every row whose value
+is to be kept (:func:`_targets_hold`); a row it lacks hands the batch to Spark, which stops that
+table with :class:`.unchanged.UnchangedValueUnknown`. Everything else, and any table
 delta-rs refuses, goes through Spark's MERGE as before: the two paths produce the same table
 (tests/spark/test_apply.py::test_small_batches_merged_from_the_driver_equal_spark_merges
 holds them equal).
@@ -82,7 +86,7 @@ def collect_small(batch_df: DataFrame, target: str) -> pa.Table | None:
 
 def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
     """Whether the table's batch needs nothing but the plain MERGE (see the module docstring)."""
-    return (bool(facts.keys) and facts.replica_keys and not facts.truncates and not facts.unchanged
+    return (bool(facts.keys) and facts.replica_keys and not facts.truncates
             and not facts.moved_unchanged and facts.identities == 1 and set(facts.keys) != set(names)
             and not any(n.startswith(_P) or '"' in n for n in names))  # fmt: skip
 
@@ -111,9 +115,12 @@ def fold(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
 
     Changes in commit order (``_commit_lsn``, ``_seq``); a delete's key is in ``_old``; an update
     that changed the key also deletes its old key just before it (so a later insert of the old
-    key wins again). Output: ``__ws_k<i>`` (the key matched), ``__ws_op`` and the row's
-    columns — what :func:`.writes.merge_scd1` gets from :func:`.fold.fold_last_per_key` when
-    nothing is unchanged. Values are taken from the rows, never rebuilt through Python.
+    key wins again). An unchanged-TOAST column takes the key's latest earlier value in the batch
+    that carried it; where none did, ``__ws_u<i>`` (``i`` its position in ``names``) is true and
+    the MERGE keeps the target's value. Output: ``__ws_k<i>`` (the key matched), ``__ws_op``, the
+    row's columns, then the ``__ws_u<i>`` of the columns some update left unchanged — what
+    :func:`.writes.merge_scd1` gets from :func:`.fold.fold_last_per_key`. Values are taken from
+    the rows, never rebuilt through Python.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -125,27 +132,83 @@ def fold(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
     old_struct = rows.column("_old")
     olds = pc.is_valid(old_struct).to_pylist()
     old = list(zip(*[pc.struct_field(old_struct, k).to_pylist() for k in keys], strict=True))
+    left = rows.column("_unchanged").to_pylist()
+    spots = [n for n in names if any(n in u for u in left if u)]  # columns some update left unchanged
     last: dict[tuple, tuple[tuple, int, bool, str]] = {}  # key → (order, row, key from _old, op)
+    carried: dict[tuple, dict[str, tuple[tuple, int]]] = {}  # key → column → (order, row) that carried it
     for i, op in enumerate(ops):
         if op not in ("I", "U", "D"):
             continue
         if op == "U" and olds[i] and old[i] != new[i]:  # the row left its old key
             _last(last, old[i], ((lsns[i], seqs[i], 0), i, True, "D"))
         key, from_old = (old[i], True) if op == "D" else (new[i], False)
-        _last(last, key, ((lsns[i], seqs[i], 1), i, from_old, op))
-    chosen = sorted(last.values())
-    index = pa.array([c[1] for c in chosen], pa.int64())
-    from_old = pa.array([c[2] for c in chosen], pa.bool_())
+        order = (lsns[i], seqs[i], 1)
+        _last(last, key, (order, i, from_old, op))
+        if op != "D" and spots:
+            latest = carried.setdefault(key, {})
+            for c in spots:
+                if not (left[i] and c in left[i]) and (c not in latest or latest[c][0] < order):
+                    latest[c] = (order, i)
+    chosen = sorted(last.items(), key=lambda item: item[1])
+    index = pa.array([c[1] for _, c in chosen], pa.int64())
+    from_old = pa.array([c[2] for _, c in chosen], pa.bool_())
     taken = rows.take(index)
     old_taken = taken.column("_old").combine_chunks()
     columns = {
         key_column(i): pc.if_else(from_old, pc.struct_field(old_taken, k), taken.column(k).combine_chunks())
         for i, k in enumerate(keys)
     }
-    columns[f"{_P}op"] = pa.array([c[3] for c in chosen], pa.string())
+    columns[f"{_P}op"] = pa.array([c[3] for _, c in chosen], pa.string())
     for n in names:
         columns[n] = taken.column(n)
+    for c in spots:  # the latest carried value, or none (the target's is kept)
+        at = [carried.get(key, {}).get(c, (None, None))[1] for key, _ in chosen]
+        columns[c] = rows.column(c).take(pa.array(at, pa.int64()))
+        columns[unchanged_column(names.index(c))] = pa.array([a is None for a in at], pa.bool_())
     return pa.table(columns)
+
+
+def unchanged_column(position: int) -> str:
+    """The folded source's flag: the column at ``position`` is the target's to keep."""
+    return f"{_P}u{position}"
+
+
+def _targets_hold(table, source: pa.Table, keys: Sequence[str]) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the target (a ``deltalake.DeltaTable``) holds the key of every folded row that
+    keeps a value of its own (an update with a ``__ws_u<i>`` set): the MERGE would otherwise have
+    nothing to keep and insert NULL. Read from the Parquet files by their physical column names
+    (the table has column mapping; it has no deletion vectors, see :func:`writable`)."""
+    import functools
+    import operator
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    flags = [c for i in range(len(source.column_names)) if (c := unchanged_column(i)) in source.column_names]
+    if not flags:
+        return True
+    keeps = functools.reduce(pc.or_, [source.column(c) for c in flags])
+    need = source.filter(pc.and_(keeps, pc.not_equal(source.column(f"{_P}op"), "D")))
+    if not need.num_rows:
+        return True
+    if table.metadata().partition_columns:
+        return False
+    physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name) for f in table.schema().fields}
+    files = ds.dataset(table.file_uris(), format="parquet")
+    wanted = [need.column(key_column(i)).unique() for i in range(len(keys))]
+    try:
+        where = functools.reduce(operator.and_, [
+            pc.field(physical[k]).isin(w.cast(files.schema.field(physical[k]).type)) for k, w in zip(keys, wanted, strict=True)
+        ])  # fmt: skip
+        held = files.to_table(columns=[physical[k] for k in keys], filter=where)
+    except (KeyError, pa.ArrowException) as exc:
+        log.debug("target keys not read from the Parquet files (%s): the batch goes to Spark", exc)
+        return False
+    types = [need.schema.field(key_column(i)).type for i in range(len(keys))]
+    have = set(zip(*[held.column(physical[k]).cast(t).to_pylist() for k, t in zip(keys, types, strict=True)], strict=True))
+    return all(key in have for key in zip(*[need.column(key_column(i)).to_pylist() for i in range(len(keys))],
+                                          strict=True))  # fmt: skip
 
 
 def _last(last: dict, key: tuple, change: tuple) -> None:  # type: ignore[type-arg]
@@ -192,14 +255,21 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             _keep(local, identity, table)  # it catches up on this commit at its next use
             return True
         source = fold(rows, facts.keys, names)
+        kept = {i: n for i, n in enumerate(names) if unchanged_column(i) in source.column_names}
         source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
-                                        (f"{_P}op", pa.string()), *[(n, types[n]) for n in names]]))  # fmt: skip
+                                        (f"{_P}op", pa.string()), *[(n, types[n]) for n in names],
+                                        *[(unchanged_column(i), pa.bool_()) for i in kept]]))  # fmt: skip
+        if not _targets_hold(table, source, facts.keys):
+            _keep(local, identity, table)
+            return False  # Spark's path stops the table, naming the key (.unchanged)
         columns = {_quote(n): f"s.{_quote(n)}" for n in names}
+        update = columns | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
+                            for i, n in kept.items()}  # fmt: skip
         on = " AND ".join(f"t.{_quote(k)} = s.{_quote(key_column(i))}" for i, k in enumerate(facts.keys))
         op = f"s.{_quote(_P + 'op')}"
         (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
          .when_matched_delete(f"{op} = 'D'")
-         .when_matched_update(columns, f"{op} <> 'D'")
+         .when_matched_update(update, f"{op} <> 'D'")
          .when_not_matched_insert(columns, f"{op} <> 'D'")
          .execute())  # fmt: skip
         _keep(local, identity, table)
