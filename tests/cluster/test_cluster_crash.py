@@ -44,8 +44,7 @@ from walspark.spark.jars import delta_jars, is_s3a_jar
 
 from .support import SRC, StandaloneCluster, can_hide_folders
 
-#: The soak run's: 17 minutes of the default run's CPU-bound budget (docs/testing.md).
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.soak]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 #: Deadlines, not expectations: on a 2-core host shared with other suites (load average 15) the
 #: catch-up run took 290 s.

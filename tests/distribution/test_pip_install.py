@@ -19,7 +19,6 @@ from .support import Installed
 
 @pytest.mark.slow
 @pytest.mark.spark
-@pytest.mark.soak  # 13 minutes of the default run's budget (docs/testing.md)
 def test_wheel_in_a_fresh_venv_runs_the_demo(installed: Installed) -> None:
     started = time.monotonic()
     out = installed.run(["walspark", "demo", "--seconds", "5"], timeout=900)

@@ -24,8 +24,7 @@ from walspark.embedded.postgres import EmbeddedPostgres
 from . import support
 from .support import SLOT, CrashWorkload, Pipeline, committed_batches, wait_for
 
-#: The soak run's: 20 minutes of the default run's CPU-bound budget (docs/testing.md).
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 #: Deadlines, not expectations (a 2-core host shared with other suites).
 START_TIMEOUT = 600.0
