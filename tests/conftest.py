@@ -77,23 +77,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (1 if item.get_closest_marker("spark") is not None else 2), rank
 
     items.sort(key=order)
-    if not soak():  # tests marked soak, and Spark scenarios on PostgreSQL 15, run in the soak run only
+    if not soak():  # a test marked soak runs in the soak run only
         for item in items:
-            if item.get_closest_marker("soak") is not None or _spark_on_pg15(item):
+            if item.get_closest_marker("soak") is not None:
                 item.add_marker(pytest.mark.skip(reason="the soak run's (./dev test --soak)"))
-
-
-def _spark_on_pg15(item: pytest.Item) -> bool:
-    """A test that starts Spark against PostgreSQL 15: the soak run's for now (docs/testing.md);
-    PostgreSQL 15's protocol, catalog and slot tests without Spark stay in the default run."""
-    if item.get_closest_marker("spark") is None:
-        return False
-    if item.nodeid.startswith("tests/test_smoke.py"):  # only asks whether 15 is there
-        return False
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    fixtures = getattr(item, "fixturenames", ())
-    return "pg15" in fixtures or "pg15_dsn" in fixtures or any(v in ("pg15", "pg15_dsn") for v in params.values()
-                                                                  if isinstance(v, str))
 
 
 _db_numbers = itertools.count()

@@ -112,8 +112,6 @@ def _params() -> list:
         for mode in ("stepwise", "backlog") if _backlog_differs(workload) else ("stepwise",):
             gap = KNOWN_GAPS.get((workload.name, mode))
             marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
-            if mode == "backlog":  # the soak run's for now; test_ddl.py's backlogs stay in the default run
-                marks.append(pytest.mark.soak)
             out.append(pytest.param(workload, mode, marks=marks, id=f"{workload.name}-{mode}"))
     return out
 

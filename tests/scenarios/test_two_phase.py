@@ -288,10 +288,7 @@ PORTS = {
 #: catch-up runs would repeat the messages of the backlog in smaller batches, and a prepared
 #: transaction finished in a later run is the subject of the pg15 variants of the tests below.
 SERVER_MODES = [("pg18", "catch-up"), ("pg18", "backlog"), ("pg15", "backlog")]
-#: The catch-up runs are the soak run's for now (the pg18 backlog holds the same messages in one
-#: run; docs/testing.md); the PostgreSQL 15 run too, like every Spark scenario on 15 (tests/conftest.py).
-_SERVER_MODE_PARAMS = [pytest.param(s, m, id=f"{s}-{m}", marks=[pytest.mark.soak] if m == "catch-up" else [])
-                       for s, m in SERVER_MODES]
+_SERVER_MODE_PARAMS = [pytest.param(s, m, id=f"{s}-{m}") for s, m in SERVER_MODES]
 
 
 @pytest.mark.slow
