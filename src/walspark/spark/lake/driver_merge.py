@@ -173,11 +173,11 @@ def unchanged_column(position: int) -> str:
     return f"{_P}u{position}"
 
 
-def _targets_hold(table, source: pa.Table, keys: Sequence[str]) -> bool:  # type: ignore[no-untyped-def]
+def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[str]) -> bool:  # type: ignore[no-untyped-def]
     """Whether the target (a ``deltalake.DeltaTable``) holds the key of every folded row that
-    keeps a value of its own (an update with a ``__ws_u<i>`` set): the MERGE would otherwise have
-    nothing to keep and insert NULL. Read from the Parquet files by their physical column names
-    (the table has column mapping; it has no deletion vectors, see :func:`writable`)."""
+    keeps a value of its own (an update with one of ``flags``, its ``__ws_u<i>``, set): the MERGE
+    would otherwise have nothing to keep and insert NULL. Read from the Parquet files by their
+    physical column names (the table has column mapping; no deletion vectors, see :func:`writable`)."""
     import functools
     import operator
 
@@ -185,7 +185,6 @@ def _targets_hold(table, source: pa.Table, keys: Sequence[str]) -> bool:  # type
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    flags = [c for i in range(len(source.column_names)) if (c := unchanged_column(i)) in source.column_names]
     if not flags:
         return True
     keeps = functools.reduce(pc.or_, [source.column(c) for c in flags])
@@ -259,7 +258,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
                                         (f"{_P}op", pa.string()), *[(n, types[n]) for n in names],
                                         *[(unchanged_column(i), pa.bool_()) for i in kept]]))  # fmt: skip
-        if not _targets_hold(table, source, facts.keys):
+        if not _targets_hold(table, source, facts.keys, [unchanged_column(i) for i in kept]):
             _keep(local, identity, table)
             return False  # Spark's path stops the table, naming the key (.unchanged)
         columns = {_quote(n): f"s.{_quote(n)}" for n in names}
