@@ -53,13 +53,16 @@ def jit_options(short_lived: bool) -> str:
     run executes a few times. In a ``walspark run --once`` applying 100 updates it took 28.6 of the
     JVM's 51 CPU-seconds; with C1 alone the run used a third less CPU and finished sooner
     (docs/design/fixed-costs.md). A stream runs the same plans all day, which repays C2's work.
+    C1 alone shrinks the JVM's default code cache to 48 MB, which a ``--once`` run over a long
+    backlog of batches and folds filled (the compiler then stops, and a method handle that needs
+    the cache fails the run with ``InternalError``): the cache keeps tiered compilation's 240 MB.
     """
     setting = os.environ.get(JIT_ENV, "").strip().lower()
     if setting not in ("", "quick", "full"):
         log.warning("$%s is %r, neither 'quick' nor 'full': ignored", JIT_ENV, setting)
         setting = ""
     quick = setting == "quick" or (setting == "" and short_lived)
-    return "-XX:TieredStopAtLevel=1" if quick else ""
+    return "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m" if quick else ""
 
 
 def launched_by_spark_submit() -> bool:
