@@ -39,13 +39,29 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     receives the :class:`TableSync` once it exists (the handle asks it which tables are copying).
     """
     from walspark.spark import register
-    from walspark.spark.lake.sink import ApplyChanges
 
     tracker = tracker or Tracker()
     if tracker.state == "created":
         tracker.phase("starting")
     register(spark)
-    if needs_snapshot(settings):
+    snapshot = needs_snapshot(settings)
+    warmup = None
+    if not settings.once or snapshot:  # a query will run: its first batch finds its Python workers started
+        from walspark.spark.datasource.warmup import warm_workers
+
+        warmup = warm_workers(spark)
+    try:
+        return _run(spark, settings, say, tracker, on_sync, snapshot=snapshot)
+    finally:
+        if warmup is not None:
+            warmup.wait()
+
+
+def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None], tracker: Tracker,
+         on_sync: Callable[[object], None] | None, *, snapshot: bool) -> int:  # fmt: skip
+    from walspark.spark.lake.sink import ApplyChanges
+
+    if snapshot:
         from walspark.spark.snapshot.initial import run_snapshot
         from walspark.spark.snapshot.tablesync_state import SyncStore
 
