@@ -202,3 +202,14 @@ def test_a_slot_moved_past_the_checkpoint_by_another_consumer_fails_the_query(sp
     query = _start(_reader(spark, source_dsn, tmp_path / "staging").load(), tmp_path, {"availableNow": True})
     with pytest.raises(StreamingQueryException, match="advanced to .* by another consumer"):
         query.awaitTermination(300)
+
+
+def test_the_warm_up_starts_the_streams_python_workers_and_reads_nothing(spark):
+    """The background read a streaming run starts (``spark/datasource/warmup.py``) ends without
+    error and yields no row: its planning worker and its task's worker are left for the stream."""
+    from walspark.spark.datasource.warmup import warm_workers
+
+    warmup = warm_workers(spark)
+    warmup.wait()
+    assert warmup.error is None
+    assert spark.read.format("walspark_warmup").schema("x int").load().collect() == []

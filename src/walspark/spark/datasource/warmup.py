@@ -63,6 +63,7 @@ class Warmup:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
+        self.error: Exception | None = None  # what failed the read, if it did
         self._thread = threading.Thread(target=self._run, name="walspark-warmup", daemon=True)
         self._thread.start()
 
@@ -71,7 +72,8 @@ class Warmup:
             self._spark.dataSource.register(WarmupSource)
             self._spark.sparkContext.setJobDescription("walspark: start the data source's Python workers")
             self._spark.read.format(NAME).schema("x int").load().collect()
-        except Exception:
+        except Exception as exc:
+            self.error = exc
             log.debug("warming the Python workers failed (the first batch starts them)", exc_info=True)
 
     def wait(self, timeout: float = 60.0) -> None:
