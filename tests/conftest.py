@@ -26,9 +26,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """``--soak`` sets ``WALSPARK_SOAK`` before any test module is imported (workers get the option too)."""
+    """``--soak`` sets ``WALSPARK_SOAK`` before any test module is imported (workers get the option too).
+
+    Every driver JVM of the suite compiles with C1 alone (``WALSPARK_JIT=quick``, unless set): its
+    streaming runs live for a minute or two, not the day that repays C2's compiling (see
+    :func:`walspark.spark.session.jit_options`); C2 took a quarter of the table-sync scenarios'
+    wall time on the 2-core host (docs/testing.md).
+    """
+    from walspark.spark.session import JIT_ENV
+
     if config.getoption("--soak"):
         os.environ[SOAK_VARIABLE] = "1"
+    os.environ.setdefault(JIT_ENV, "quick")
 
 
 @pytest.fixture(scope="session")

@@ -95,15 +95,17 @@ def spark_session(
     unless ``master`` is given. ``locations`` are the paths the session will use: an ``s3a://``
     one (or ``spark.hadoop.fs.s3a.*`` settings in ``conf``) also puts hadoop-aws on the class
     path. ``conf`` wins over everything else. ``short_lived`` (a ``--once`` run, the demo) has the
-    driver JVM compile with C1 alone (:func:`jit_options`).
+    driver JVM, and a cluster's executors, compile with C1 alone (:func:`jit_options`).
     """
     from pyspark.sql import SparkSession
 
     from walspark.spark.cds import java_options as cds_options
 
     java_opts = f"-Dlog4j2.configurationFile=file:{_LOG4J} -Dio.netty.tryReflectionSetAccessible=true"
-    # Spark's classes mapped, not parsed (.cds); C1 alone when the session is short-lived
-    driver_opts = " ".join(o for o in (java_opts, cds_options(), jit_options(short_lived)) if o)
+    # Spark's classes mapped, not parsed (.cds, the driver's class path); C1 alone when the session is
+    # short-lived, in the executors too (a cluster starts them for each application)
+    jit = jit_options(short_lived)
+    driver_opts = " ".join(o for o in (java_opts, cds_options(), jit) if o)
     settings = {
         "spark.app.name": app_name,
         "spark.sql.extensions": _DELTA_EXTENSION,
@@ -115,7 +117,7 @@ def spark_session(
         "spark.default.parallelism": "8",
         "spark.driver.memory": "2g",
         "spark.driver.extraJavaOptions": driver_opts,
-        "spark.executor.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": " ".join(o for o in (java_opts, jit) if o),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": str(_POOLS),
