@@ -210,6 +210,26 @@ def test_slot_of_another_plugin(source: str, tmp_path: Path) -> None:
     one_line_error(walspark(*_commands(source, tmp_path)["run"]), "s1", "test_decoding", "not a pgoutput slot")
 
 
+def test_slot_read_by_another_consumer(source: str, tmp_path: Path) -> None:
+    """A second run on a slot another consumer reads (an overlapping cron, a second terminal) stops
+    in one line naming that consumer's PID, after a bounded wait and before Spark starts."""
+    import time
+
+    from walspark.pipeline.preflight import SLOT_FREE_SECONDS
+    from walspark.source import ReplicationStream, StreamOptions, create_slot
+    from walspark.source.connect import connect_sql
+
+    with connect_sql(source) as conn:
+        create_slot(conn, "s1")
+    with ReplicationStream(source, "s1", StreamOptions(("pub",)), reconnect=None) as holder:
+        holder.read(0.5)
+        began = time.monotonic()
+        line = one_line_error(walspark(*_commands(source, tmp_path)["run"]), "s1", "in use by another consumer",
+                              f"PID {holder.backend_pid}", "pg_terminate_backend")
+        assert time.monotonic() - began < SLOT_FREE_SECONDS + 30, line  # the JVM never started
+    assert not (tmp_path / "_walspark").exists()
+
+
 # -- missing privileges ----------------------------------------------------------------------------
 
 

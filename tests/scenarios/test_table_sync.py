@@ -164,10 +164,11 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
     over, for the table matched on whole rows (REPLICA IDENTITY FULL: no key to resume by)."""
     import threading
 
-    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE
+    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
     from walspark.spark.snapshot.tablesync_copy import FAIL_AFTER_VARIABLE
 
     target = str(tmp_path / "lake")
+    release = tmp_path / "release-the-copies"
     chunks = ("--sync-chunk-rows", "300")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
@@ -204,21 +205,26 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
         def alter_d_during_its_copy() -> None:  # once every copy holds its snapshot (paused in it)
             copying = sum(s["state"] == "copying" for s in _states(target).values())
             deadline = time.monotonic() + 600
-            with psycopg.connect(pg18_dsn, autocommit=True) as other:
-                while time.monotonic() < deadline and other.execute(
-                        "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'walspark_sync%%' "
-                        "AND database = current_database()"
-                ).fetchone()[0] < copying:  # fmt: skip
-                    time.sleep(0.2)
-                other.execute("ALTER TABLE d ADD COLUMN w int DEFAULT 7; UPDATE d SET v = 0, w = 1 WHERE id % 50 = 0")
+            try:
+                with psycopg.connect(pg18_dsn, autocommit=True) as other:
+                    while time.monotonic() < deadline and other.execute(
+                            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'walspark_sync%%' "
+                            "AND database = current_database()"
+                    ).fetchone()[0] < copying:  # fmt: skip
+                        time.sleep(0.2)
+                    other.execute("ALTER TABLE d ADD COLUMN w int DEFAULT 7; UPDATE d SET v = 0, w = 1 WHERE id % 50 = 0")
+            finally:
+                release.touch()  # the copies go on from their snapshots, taken before the ALTER
 
-        monkeypatch.setenv(COPY_PAUSE_VARIABLE, "20")
+        monkeypatch.setenv(COPY_PAUSE_VARIABLE, "60")  # at most: the release file ends the pause
+        monkeypatch.setenv(COPY_RELEASE_VARIABLE, str(release))
         altering = threading.Thread(target=alter_d_during_its_copy)
         altering.start()
         out = run_once(pg18_dsn, "pub", "s", target, *chunks)
         altering.join()
         assert "resuming the copy of public.d" in out and "copy of public.f starts over" in out, out
         monkeypatch.delenv(COPY_PAUSE_VARIABLE)
+        monkeypatch.delenv(COPY_RELEASE_VARIABLE)
         conn.execute("UPDATE d SET w = 2 WHERE id % 70 = 0; INSERT INTO p VALUES (9000, 2, 1); DELETE FROM f WHERE id < 100")
         run_once(pg18_dsn, "pub", "s", target, *chunks)
         assert all(s["state"] == "ready" for s in _states(target).values()), _states(target)

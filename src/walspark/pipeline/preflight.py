@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from walspark.pipeline.settings import RunSettings
 
-__all__ = ["check_scd2_tables", "check_settings", "needs_snapshot", "preflight"]
+__all__ = ["SLOT_FREE_SECONDS", "check_scd2_tables", "check_settings", "needs_snapshot", "preflight"]
+
+#: How long a run waits for its slot to be released by another consumer before it stops: a run
+#: killed a moment ago is seen gone by the server within that; one still reading is an error.
+SLOT_FREE_SECONDS = 15.0
 
 
 def check_settings(settings: RunSettings) -> None:
@@ -41,8 +45,8 @@ def preflight(settings: RunSettings) -> None:
     """Everything about the source and the options that can fail without Spark, checked first.
 
     Names, the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
-    the publication, and — when this run will take the initial snapshot — SELECT on the
-    published tables. ``--scd2`` tables must be published (a typo would otherwise silently keep
+    the publication, a slot no other consumer reads, and — when this run will take the initial
+    snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would otherwise silently keep
     a mirror). Raises the :mod:`walspark.source.errors` class that says what to do.
     """
     from walspark.source.preflight import check_source
@@ -53,7 +57,8 @@ def preflight(settings: RunSettings) -> None:
     home = state_home(settings.target, settings.state, StorageSettings.resolve(settings.conf))  # Spark may not be up yet
     record = read_record(settings.target, home)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
-    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot)
+    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
+                         slot_free_within=SLOT_FREE_SECONDS)
     if unfinished or not check.slot_exists:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:

@@ -13,9 +13,10 @@ nothing on the server.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .connect import connect_replication, connect_sql, error_from_exception
 from .dsn import dsn_params
@@ -24,6 +25,7 @@ from .errors import (
     OptionError,
     PermissionDenied,
     PublicationNotFound,
+    SlotInUse,
     SlotInvalidated,
     SlotNotFound,
     WalLevelNotLogical,
@@ -71,6 +73,23 @@ def _check_slot(info: SlotInfo, dbname: str) -> None:
                               "drop the slot, create a new one and re-snapshot")
 
 
+def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
+    """A slot serves one consumer at a time: wait up to ``seconds`` for its walsender to go (a
+    consumer that just died is seen by the server within moments), else :class:`SlotInUse`."""
+    from walspark.source.slots import get_slot
+
+    deadline = time.monotonic() + seconds
+    current: SlotInfo | None = info
+    while current is not None and current.active and time.monotonic() < deadline:
+        time.sleep(0.2)
+        current = get_slot(conn, info.slot_name)
+    if current is not None and current.active:
+        pid = current.active_pid
+        raise SlotInUse(f"replication slot {info.slot_name!r} is in use by another consumer (walsender PID {pid}): "
+                        "a slot serves one reader at a time, and another walspark run or subscriber reads it; "
+                        f"stop that one (SELECT pg_terminate_backend({pid}) ends its connection) or choose another --slot")
+
+
 @dataclass(frozen=True)
 class SourceCheck:
     """What the checks learnt: the server version, and whether the slot exists."""
@@ -81,12 +100,13 @@ class SourceCheck:
 
 def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None = None,
                  slot_must_exist: bool = False, snapshot: bool = False,
-                 replication: bool = True) -> SourceCheck:
+                 replication: bool = True, slot_free_within: float | None = None) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
     ``publications`` must exist (each item may be a comma-separated list, as ``--publication``
     and the stream read it); ``slot`` is validated and looked up (missing is an error only with
-    ``slot_must_exist``); ``snapshot`` also checks SELECT on every table the snapshot of the
+    ``slot_must_exist``; with ``slot_free_within``, one another consumer still reads after that
+    many seconds is :class:`SlotInUse`); ``snapshot`` also checks SELECT on every table the snapshot of the
     publications would read; ``replication`` opens and closes a replication
     connection (the REPLICATION attribute and pg_hba's ``replication`` entries).
     """
@@ -118,6 +138,8 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                 exists = info is not None
                 if info is not None:
                     _check_slot(info, conn.info.dbname)
+                    if info.active and slot_free_within is not None:
+                        _wait_until_free(conn, info, slot_free_within)
                 if slot_must_exist and not exists:
                     raise SlotNotFound(f"replication slot {slot!r} does not exist in database "
                                        f"{conn.info.dbname!r}; create it with `walspark slot create`")
