@@ -25,18 +25,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "see docs/testing.md")
 
 
+#: The workers' own sessions' compiler setting (``$WALSPARK_JIT`` as set when the run began, else ``full``).
+SESSION_JIT_ENV = "WALSPARK_TESTS_SESSION_JIT"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """``--soak`` sets ``WALSPARK_SOAK`` before any test module is imported (workers get the option too).
 
-    Every driver JVM of the suite compiles with C1 alone (``WALSPARK_JIT=quick``, unless set): its
-    streaming runs live for a minute or two, not the day that repays C2's compiling (see
-    :func:`walspark.spark.session.jit_options`); C2 took a quarter of the table-sync scenarios'
-    wall time on the 2-core host (docs/testing.md).
+    The ``walspark run`` processes the tests start compile with C1 alone (``WALSPARK_JIT=quick``,
+    unless set): they live for a minute or two, not the day that repays C2's compiling (see
+    :func:`walspark.spark.session.jit_options` and docs/testing.md). Each worker's own session
+    (:func:`spark`) lives as long as the run and keeps the JVM's tiered compilation.
     """
     from walspark.spark.session import JIT_ENV
 
     if config.getoption("--soak"):
         os.environ[SOAK_VARIABLE] = "1"
+    os.environ.setdefault(SESSION_JIT_ENV, os.environ.get(JIT_ENV, "full"))  # before the line below: the user's
     os.environ.setdefault(JIT_ENV, "quick")
 
 
@@ -135,12 +140,14 @@ def pg15_dsn(pg15: EmbeddedPostgres) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """A local Spark session with Delta Lake, shared by the whole test session."""
-    from walspark.spark.session import spark_session
+    from walspark.spark.session import JIT_ENV, spark_session
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     # s3a: the object-storage tests read their tables back from the S3 endpoint (hadoop-aws on the class path)
-    session = spark_session("walspark-tests", master="local[2]", conf={"spark.sql.warehouse.dir": str(warehouse)},
-                            locations=("s3a://walspark-tests",))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(JIT_ENV, os.environ.get(SESSION_JIT_ENV, "full"))  # it lives the whole run: C2 repays itself
+        session = spark_session("walspark-tests", master="local[2]", conf={"spark.sql.warehouse.dir": str(warehouse)},
+                                locations=("s3a://walspark-tests",))
     yield session
     session.stop()
 
