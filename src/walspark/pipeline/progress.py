@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from walspark.pipeline.status import Tracker
 
-__all__ = ["StreamProgress", "format_bytes"]
+__all__ = ["StreamProgress", "format_bytes", "format_rate"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,10 @@ class StreamProgress:
                 note_committed_end(self.staging, parse_lsn(end))
         except Exception:
             log.debug("could not note the committed batch end", exc_info=True)
-        self.report(progress.batchId, progress.numInputRows, progress.batchDuration / 1000.0, end)
+        # What the sink took, not Spark's count of rows read (change-log mode reads a batch twice)
+        taken = self.tracker.rows_of(progress.batchId) if self.tracker is not None else None
+        rows = progress.numInputRows if taken is None else taken
+        self.report(progress.batchId, rows, progress.batchDuration / 1000.0, end)
 
     def report(self, batch_id: int, rows: int, seconds: float, end_lsn: str | None, note: str = "") -> None:
         """The line of a batch that applied ``rows`` change rows in ``seconds``, ending at ``end_lsn``
@@ -88,7 +91,7 @@ class StreamProgress:
         except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {batch_id}: {rows:,} changes applied in {seconds:.1f}s "
-                 f"({rows / seconds:,.0f} rows/s{note}){lag}")  # fmt: skip
+                 f"({format_rate(rows / seconds)} rows/s{note}){lag}")  # fmt: skip
 
     def ours(self, progress) -> bool:  # type: ignore[no-untyped-def]
         """Whether a progress event is of this run's query: its name, and a batch begun since."""
@@ -102,6 +105,11 @@ class StreamProgress:
 
         with connect_sql(self.dsn) as conn:
             return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])
+
+
+def format_rate(per_second: float) -> str:
+    """A rate as people read it: 1,664 / 12 / 0.4 (never "0" for a few rows in a slow batch)."""
+    return f"{per_second:,.0f}" if per_second >= 10 else f"{per_second:.1f}"
 
 
 def format_bytes(n: int) -> str:

@@ -17,6 +17,10 @@ from typing import Any
 __all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker"]
 
 #: The phases a pipeline goes through, in order (``failed`` can follow any of them).
+#: How many batches' row counts :meth:`Tracker.rows_of` remembers (the progress line of a batch
+#: arrives after the batch, from Spark's listener thread).
+_RECENT_BATCHES = 64
+
 PHASES = ("created", "starting", "snapshot", "streaming", "stopping", "stopped", "finished", "failed")
 
 
@@ -71,6 +75,7 @@ class Tracker:
         self._state = "created"
         self._batches = 0
         self._rows = 0
+        self._recent: dict[int, int] = {}  # batch id → change rows the sink took (applied, or held for a copy)
         self._by_table: dict[str, int] = {}
         self._last_id: int | None = None
         self._last_rows: int | None = None
@@ -133,9 +138,18 @@ class Tracker:
             for key, n in by_table.items():
                 self._by_table[key] = self._by_table.get(key, 0) + n
             self._last_id, self._last_rows = batch_id, rows
+            self._recent[batch_id] = rows + sum(r.rows for r in results or () if getattr(r, "skipped", False))
+            while len(self._recent) > _RECENT_BATCHES:
+                del self._recent[next(iter(self._recent))]
             if position is not None:
                 self._position = max(self._position or 0, position)
             self._updated = time.time()
+
+    def rows_of(self, batch_id: int) -> int | None:
+        """The change rows the sink took in a recent batch (applied, or held while its table is
+        copied); None if it did not see that batch."""
+        with self._lock:
+            return self._recent.get(batch_id)
 
     def lag(self, lag_bytes: int) -> None:
         with self._lock:
