@@ -46,8 +46,8 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     register(spark)
     snapshot = needs_snapshot(settings)
     warmup = None
-    if not settings.once:  # the stream's first batch finds its Python workers started (a --once run
-        # usually applies its few changes from the driver, without the query)
+    if not settings.once or snapshot:  # a query will run: its first batch finds its Python workers started
+        # (a --once run without a snapshot usually applies its few changes from the driver)
         from walspark.spark.datasource.warmup import warm_workers
 
         warmup = warm_workers(spark)
