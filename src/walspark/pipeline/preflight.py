@@ -46,8 +46,9 @@ def preflight(settings: RunSettings) -> None:
 
     Names, the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
     the publication, a slot no other consumer reads, and — when this run will take the initial
-    snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would otherwise silently keep
-    a mirror). Raises the :mod:`walspark.source.errors` class that says what to do.
+    snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
+    otherwise silently keep a mirror). Raises the :mod:`walspark.source.errors` class that says
+    what to do.
     """
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record

@@ -16,11 +16,11 @@ from typing import Any
 
 __all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker"]
 
-#: The phases a pipeline goes through, in order (``failed`` can follow any of them).
 #: How many batches' row counts :meth:`Tracker.rows_of` remembers (the progress line of a batch
 #: arrives after the batch, from Spark's listener thread).
 _RECENT_BATCHES = 64
 
+#: The phases a pipeline goes through, in order (``failed`` can follow any of them).
 PHASES = ("created", "starting", "snapshot", "streaming", "stopping", "stopped", "finished", "failed")
 
 
@@ -121,11 +121,12 @@ class Tracker:
 
     def batch_applied(self, batch_id: int, results: Any) -> None:
         """Count a batch the sink applied; ``results``: its :class:`ApplyResult` list (or None)."""
-        rows = 0
+        rows = held = 0
         position = None
         by_table: dict[str, int] = {}
         for result in results or ():
             if getattr(result, "skipped", False):
+                held += result.rows  # kept for a table being copied: its hand-off applies them
                 continue
             rows += result.rows
             key = f"{result.schema}.{result.table}"
@@ -138,7 +139,7 @@ class Tracker:
             for key, n in by_table.items():
                 self._by_table[key] = self._by_table.get(key, 0) + n
             self._last_id, self._last_rows = batch_id, rows
-            self._recent[batch_id] = rows + sum(r.rows for r in results or () if getattr(r, "skipped", False))
+            self._recent[batch_id] = rows + held
             while len(self._recent) > _RECENT_BATCHES:
                 del self._recent[next(iter(self._recent))]
             if position is not None:

@@ -106,8 +106,8 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
     ``publications`` must exist (each item may be a comma-separated list, as ``--publication``
     and the stream read it); ``slot`` is validated and looked up (missing is an error only with
     ``slot_must_exist``; with ``slot_free_within``, one another consumer still reads after that
-    many seconds is :class:`SlotInUse`); ``snapshot`` also checks SELECT on every table the snapshot of the
-    publications would read; ``replication`` opens and closes a replication
+    many seconds is :class:`SlotInUse`); ``snapshot`` also checks SELECT on every table the
+    snapshot of the publications would read; ``replication`` opens and closes a replication
     connection (the REPLICATION attribute and pg_hba's ``replication`` entries).
     """
     from walspark.source.slots import get_slot
