@@ -53,14 +53,19 @@ class Source:
             for statement in statements:
                 self.conn.execute(statement, params if "%s" in statement else None)
 
-    def drain(self) -> list:
-        """Change DataFrames (one per table shape, in change order) committed since the last drain."""
+    def drain(self, *, join_identities: bool = False) -> list:
+        """Change DataFrames (one per table shape, in change order) committed since the last drain.
+        ``join_identities``: a table's shapes with the same columns (its replica identity changed)
+        in one DataFrame, as a micro-batch of the pipeline holds them."""
         with psycopg.connect(self.dsn) as conn:
             for lsn, data in slot_changes(conn, "s", self.options, consume=True):
                 for txn in self.assembler.feed(lsn, data):
                     self.builder.add_transaction(txn)
         built = sorted(self.builder.build(), key=lambda vb: vb[1].column("_commit_lsn")[0].as_py())
-        return [change_dataframe(self.spark, [batch]) for _, batch in built]
+        groups: dict[object, list] = {}
+        for version, batch in built:
+            groups.setdefault((version.relation_id, batch.schema) if join_identities else len(groups), []).append(batch)
+        return [change_dataframe(self.spark, batches) for batches in groups.values()]
 
     def apply(self, target: str, sink=None, **kwargs) -> list:
         """Drain and apply, one batch id per change DataFrame."""
@@ -327,49 +332,99 @@ def _toast_txn(src: Source, rnd: random.Random, batch: int) -> None:
                 f"UPDATE docs SET n = n + 1 WHERE id = {base - 10}", params=(_blob(rnd, 3000),))  # fmt: skip
 
 
+EDGE_DDL = """CREATE TABLE events (at int, what text);
+CREATE TABLE bag (a int, b text); ALTER TABLE bag REPLICA IDENTITY FULL;
+CREATE TABLE gone (id int PRIMARY KEY, v text);
+CREATE TABLE keyed_later (id int NOT NULL, v text)"""
+
+
+def _edge_txn(src: Source, batch: int) -> None:
+    """Inserts only into a table without a key and one with REPLICA IDENTITY FULL (duplicates
+    too): appended from the driver; at the second batch the FULL table also gets an update and a
+    delete of one of two equal rows, a multiset MERGE for Spark, and ``gone`` a TRUNCATE with
+    nothing after it. ``keyed_later`` changes its replica identity within each batch: inserts
+    without a key, then a primary key's changes (two runs, both from the driver); then changes
+    under the key and under FULL (from the driver, then through Spark)."""
+    src.sql(f"INSERT INTO events VALUES ({batch}, 'a'), ({batch}, 'a'), ({batch}, NULL)",
+            f"INSERT INTO bag VALUES ({batch}, 'x'), ({batch}, 'x'), (NULL, NULL)")  # fmt: skip
+    if batch:
+        src.sql("DELETE FROM bag WHERE ctid = (SELECT min(ctid) FROM bag WHERE a = 0)",
+                "UPDATE bag SET b = 'y' WHERE a IS NULL", "TRUNCATE gone")  # fmt: skip
+        src.sql("UPDATE keyed_later SET v = 'e' WHERE id = 2")
+        src.sql("ALTER TABLE keyed_later REPLICA IDENTITY FULL")
+        src.sql("DELETE FROM keyed_later WHERE id = 3", "UPDATE keyed_later SET v = 'f' WHERE id = 1")
+    else:
+        src.sql("INSERT INTO gone SELECT g, 'v' FROM generate_series(1, 5) g")
+        src.sql("INSERT INTO keyed_later VALUES (1, 'a'), (2, 'b')")
+        src.sql("ALTER TABLE keyed_later ADD PRIMARY KEY (id)")
+        src.sql("UPDATE keyed_later SET v = 'c' WHERE id = 1", "INSERT INTO keyed_later VALUES (3, 'd')")
+
+
 def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory, spark, tmp_path, monkeypatch,
                                                                  deletion_vectors):  # fmt: skip
     """The same batches through the sink twice: small plain batches merged from the driver with
     delta-rs, and every batch through Spark's MERGE. The tables are equal to each other and to
     the source; the driver path was taken (a delta-rs commit) except on tables with deletion
-    vectors, which it leaves to Spark; and a replay is skipped by the transaction it committed."""
+    vectors, which it leaves to Spark; and a replay is skipped by the transaction it committed.
+
+    With deletion vectors both sinks would take Spark's MERGE, so the driver's sink runs alone:
+    that it left every table to Spark, and that Spark's MERGE with vectors equals the source,
+    is what that case shows."""
     from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
 
-    src = source_factory(WORKLOAD_DDL + ";" + ODD_DDL + ";" + TOAST_DDL)
+    src = source_factory(WORKLOAD_DDL + ";" + ODD_DDL + ";" + TOAST_DDL + ";" + EDGE_DDL)
     rnd = random.Random(31)
     live: set[int] = set()
     next_id = [1]
-    sinks = {"driver": ApplyChanges(str(tmp_path / "driver")).app_id("q"),
-             "spark": ApplyChanges(str(tmp_path / "spark")).app_id("q")}  # fmt: skip
+    sinks = {way: ApplyChanges(str(tmp_path / way)).app_id("q")
+             for way in (("driver",) if deletion_vectors else ("driver", "spark"))}  # fmt: skip
     batch_id = 0
+    edge = () if deletion_vectors else ("events", "bag", "gone", "keyed_later")
     for round_ in range(2):
-        for _ in range(12):
+        for j in range(12):
+            if round_ == 1 and j == 6:
+                src.sql("TRUNCATE pairs")  # the changes after it are merged into an emptied table
             _random_txn(src, rnd, live, next_id)
         _odd_txn(src, rnd, round_)
         _toast_txn(src, rnd, round_)
         if round_ == 1:  # delta-rs writes checkpoints too (at its commits), which Spark must read
-            for table in ("items", "pairs", "Odd Name", "docs"):
+            for table in ("items", "pairs", "Odd Name", "docs", *edge):
                 spark.sql(f"ALTER TABLE delta.`{tmp_path / 'driver' / 'public' / table}` "
                           "SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")  # fmt: skip
-        for df in src.drain():
+        for df in src.drain(join_identities=True):
             for way, sink in sinks.items():
                 monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000" if way == "driver" else "0")
                 sink.foreach_batch(df, batch_id)
                 sink.flush()
             last = (df, batch_id)
             batch_id += 1
-    for table, json_cols in (("items", ("doc",)), ("pairs", ()), ("Odd Name", ()), ("docs", ())):
-        paths = {way: str(tmp_path / way / "public" / table) for way in sinks}
+        if edge:  # the driver's own cases, held to the source (Spark's path for them: the tests above)
+            _edge_txn(src, round_)
+            monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000")
+            for df in src.drain(join_identities=True):
+                sinks["driver"].foreach_batch(df, batch_id)
+                sinks["driver"].flush()
+                batch_id += 1
+    for table, json_cols in (("items", ("doc",)), ("pairs", ()), ("Odd Name", ()), ("docs", ()),
+                             *[(t, ()) for t in edge]):  # fmt: skip
+        paths = {way: str(tmp_path / way / "public" / table) for way in sinks if way == "driver" or table not in edge}
         want = canon(src.rows(f'public."{table}"' if table != "Odd Name" else  # Spark shows UTC, naive
                               """(SELECT "Key", "a b", at AT TIME ZONE 'UTC' AS at, arr, blob, n FROM "Odd Name") o"""),
                      json_cols)  # fmt: skip
-        assert canon(delta_rows(spark, paths["driver"]), json_cols) == want
-        assert canon(delta_rows(spark, paths["spark"]), json_cols) == want
+        for path in paths.values():
+            assert canon(delta_rows(spark, path), json_cols) == want
         engines = {way: {r.engineInfo for r in spark.sql(f"DESCRIBE HISTORY delta.`{p}`").collect()}
                    for way, p in paths.items()}  # fmt: skip
-        assert not any(e.startswith("delta-rs") for e in engines["spark"]), (table, engines)
+        assert not any(e.startswith("delta-rs") for e in engines.get("spark", ())), (table, engines)
         assert any(e.startswith("delta-rs") for e in engines["driver"]) is not deletion_vectors, (table, engines)
         assert list((tmp_path / "driver" / "public" / table / "_delta_log").glob("*.checkpoint.parquet"))
+        if table in ("pairs", "gone"):  # the batch with a TRUNCATE was merged from the driver too
+            (newest,) = spark.sql(f"DESCRIBE HISTORY delta.`{paths['driver']}` LIMIT 1").collect()
+            assert newest.engineInfo.startswith("delta-rs") is not deletion_vectors, (table, newest)
+        if table == "keyed_later":  # identity runs: the plain ones from the driver, FULL's through Spark
+            history = spark.sql(f"DESCRIBE HISTORY delta.`{paths['driver']}`").where("userMetadata LIKE '%batch_id%'")
+            engines_of_runs = [r.engineInfo.startswith("delta-rs") for r in history.orderBy("version").collect()]
+            assert engines_of_runs == [True, True, True, False], engines_of_runs
     # Unchanged TOAST values, kept from the batch or from the target, were merged from the driver too.
     writes = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'driver' / 'public' / 'docs'}`").where(
         "userMetadata LIKE '%batch_id%'").collect()

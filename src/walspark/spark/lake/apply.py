@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -157,7 +157,7 @@ def _apply_table(
     SCD1 batch is then merged from there (:mod:`.driver_merge`), and ``batch_df``, when given as
     :class:`.TableRows`, is never built as a Spark DataFrame.
     """
-    from walspark.spark.lake.identity import identity_runs, run_step
+    from walspark.spark.lake.identity import arrow_identity_runs, identity_runs, run_rows, run_step
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
@@ -193,23 +193,45 @@ def _apply_table(
     result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
     names = [f.name for f in fields]
-    if arrow is not None and mode == "scd1" and rows is given and not dropped and not columnless \
-            and driver_merge.plain(facts, names) \
-            and driver_merge.apply(path, arrow, facts, names, txn_app_id(app_id, schema, name, run_step(0)), batch_id, note):
-        return result, record
-    # Changes made under different replica identities are matched each on its own, run by run.
-    for i, (part, part_facts) in enumerate(identity_runs(rows.frame(), facts)):
+    # Changes made under different replica identities are matched each on its own, run by run:
+    # a plain run of a batch on the driver is applied from there (.driver_merge), the others
+    # through Spark. Both paths split the batch into the same runs, with the same transaction ids.
+    runs: list[tuple[Callable[[], DataFrame], BatchFacts, pa.Table | None]]
+    if arrow is not None and mode == "scd1" and rows is given and not dropped and not columnless:
+        split = arrow_identity_runs(arrow, facts)
+        starts = [start for start, _, _ in split]
+        runs = [(lambda i=i: run_rows(rows.frame(), starts, i), part_facts, part)
+                for i, (_, part, part_facts) in enumerate(split)]  # fmt: skip
+    else:
+        runs = [(lambda part=part: part, part_facts, None)
+                for part, part_facts in identity_runs(rows.frame(), facts)]  # fmt: skip
+    for i, (part, part_facts, part_arrow) in enumerate(runs):
+        txn = txn_app_id(app_id, schema, name, run_step(i))
+        if part_arrow is not None and driver_merge.plain(part_facts, names) \
+                and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note):
+            if not part_facts.keys:
+                _say_keyless(tgt)
+            continue
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
             part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
-        idempotence = IdempotentWrite(spark, txn_app_id(app_id, schema, name, run_step(i)), batch_id, note)
+        idempotence = IdempotentWrite(spark, txn, batch_id, note)
         with idempotence:
             if mode == "scd1":
-                _apply_scd1(tgt, part, part_facts, fields, dropped, idempotence)
+                _apply_scd1(tgt, part(), part_facts, fields, dropped, idempotence)
             else:
                 from walspark.spark.lake.apply_scd2 import apply_scd2
 
-                apply_scd2(tgt, part, part_facts, fields)
+                apply_scd2(tgt, part(), part_facts, fields)
     return result, record
+
+
+def _say_keyless(tgt: TargetTable) -> None:
+    """Warn that a table without a replica identity key is applied append-only: once per table
+    and process, not at every batch."""
+    if tgt.path not in _KEYLESS_WARNED:
+        _KEYLESS_WARNED.add(tgt.path)
+        log.warning("%s has no replica identity key: applied append-only (inserts appended, updates/deletes "
+                    "dropped); said once per table", tgt.qualified)  # fmt: skip
 
 
 def with_row_marker_field() -> StructField:
@@ -257,10 +279,7 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
 
             check_unchanged_known(tgt, source, facts.keys, names)  # never NULL for a value nobody knows
     else:
-        if tgt.path not in _KEYLESS_WARNED:  # once per table and process, not at every batch
-            _KEYLESS_WARNED.add(tgt.path)
-            log.warning("%s has no replica identity key: applied append-only (inserts appended, updates/deletes "
-                        "dropped); said once per table", tgt.qualified)  # fmt: skip
+        _say_keyless(tgt)
         source = append_only(changes, names)
     merge_scd1(tgt, source, facts.keys, names, dropped, truncated=bool(facts.truncates))
 

@@ -6,9 +6,13 @@ whatever the number of changes. A batch of a few hundred changes is on the drive
 every table of the batch (:func:`collect_small`), and delta-rs merges it into the table and
 commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta table.
 
-What goes this way: the SCD1 batches whose MERGE is the plain one — a replica identity key, no
-TRUNCATE, no key change leaving a TOAST value unchanged, one replica identity, no column to add,
-drop or rename (:func:`plain`), of a local table whose protocol delta-rs writes exactly
+What goes this way (:func:`plain`): the SCD1 batches whose MERGE is the plain one — a replica
+identity key, no key change leaving a TOAST value unchanged, no column to add, drop or rename;
+after a TRUNCATE, the changes that follow it, with the target's other rows deleted in the same
+MERGE, as Spark's — and the batches of only inserts, whatever the table's identity (a key, FULL
+or none: an append, as :func:`.writes.append_inserts` and the append-only path make it). A batch
+made under several replica identities is taken run by run (:mod:`.identity`). All of it only
+into a local table whose protocol delta-rs writes exactly
 (:func:`writable`: column mapping yes, deletion vectors or change data feed no). Unchanged TOAST
 values are resolved as Spark's fold resolves them (the key's latest earlier value in the batch,
 else the target's, kept by the MERGE), after checking that the target holds every row whose value
@@ -85,10 +89,19 @@ def collect_small(batch_df: DataFrame, target: str) -> pa.Table | None:
 
 
 def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
-    """Whether the table's batch needs nothing but the plain MERGE (see the module docstring)."""
-    return (bool(facts.keys) and facts.replica_keys and not facts.truncates
-            and not facts.moved_unchanged and facts.identities == 1 and set(facts.keys) != set(names)
-            and not any(n.startswith(_P) or '"' in n for n in names))  # fmt: skip
+    """Whether the table's batch needs nothing but the plain MERGE, or only an append (see the
+    module docstring). Inserts under a user's key columns are merged: that key may repeat."""
+    simple = (facts.replica_keys and facts.identities == 1
+              and not any(n.startswith(_P) or '"' in n for n in names))  # fmt: skip
+    if _appends(facts):
+        return simple
+    return simple and bool(facts.keys) and not facts.moved_unchanged and set(facts.keys) != set(names)
+
+
+def _appends(facts: BatchFacts) -> bool:
+    """A batch of only inserts (no TRUNCATE either): appended, whatever the replica identity
+    (a key, FULL or none)."""
+    return facts.inserts == facts.rows and not facts.truncates
 
 
 def writable(table) -> bool:  # type: ignore[no-untyped-def]
@@ -229,7 +242,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     local = local_path(path)
-    if local is None or path in _refused or not _key_types_ok(rows, facts.keys):
+    if local is None or path in _refused or (not _appends(facts) and not _key_types_ok(rows, facts.keys)):
         return False
     try:
         identity, table = _open(local)
@@ -246,15 +259,23 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
     properties = CommitProperties(app_transactions=[Transaction(app_id, version)],
                                   custom_metadata={"userMetadata": note})  # fmt: skip
     try:
-        if facts.inserts == facts.rows:  # only inserts: an append (see .writes.append_inserts)
+        if _appends(facts):  # only inserts: an append (see .writes.append_inserts)
             columns = list(types)  # the table's order
             inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(columns)
             write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
             _keep(local, identity, table)  # it catches up on this commit at its next use
             return True
+        if facts.truncates:  # the changes after the last TRUNCATE, merged into an emptied table
+            last = facts.truncates[-1]
+            lsn, seq = rows.column("_commit_lsn"), rows.column("_seq")
+            rows = rows.filter(pc.or_(pc.greater(lsn, last.commit_lsn),
+                                      pc.and_(pc.equal(lsn, last.commit_lsn), pc.greater(seq, last.seq))))  # fmt: skip
         source = fold(rows, facts.keys, names)
         kept = {i: n for i, n in enumerate(names) if unchanged_column(i) in source.column_names}
+        if facts.truncates and kept:
+            _keep(local, identity, table)
+            return False  # a value kept from an emptied table: Spark's path answers it
         source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
                                         (f"{_P}op", pa.string()), *[(n, types[n]) for n in names],
                                         *[(unchanged_column(i), pa.bool_()) for i in kept]]))  # fmt: skip
@@ -266,11 +287,13 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
                             for i, n in kept.items()}  # fmt: skip
         on = " AND ".join(f"t.{_quote(k)} = s.{_quote(key_column(i))}" for i, k in enumerate(facts.keys))
         op = f"s.{_quote(_P + 'op')}"
-        (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
-         .when_matched_delete(f"{op} = 'D'")
-         .when_matched_update(update, f"{op} <> 'D'")
-         .when_not_matched_insert(columns, f"{op} <> 'D'")
-         .execute())  # fmt: skip
+        merge = (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
+                 .when_matched_delete(f"{op} = 'D'")
+                 .when_matched_update(update, f"{op} <> 'D'")
+                 .when_not_matched_insert(columns, f"{op} <> 'D'"))  # fmt: skip
+        if facts.truncates:  # the rows the TRUNCATE removed and no later change brought back
+            merge = merge.when_not_matched_by_source_delete()
+        merge.execute()
         _keep(local, identity, table)
         return True
     except Exception as exc:  # noqa: BLE001

@@ -34,6 +34,8 @@ matched on the next run's identity. (A transaction that changed a row both befor
 identity change — ``ALTER TABLE … REPLICA IDENTITY`` inside it — gets two versions at the same
 commit, the first one empty: ``[lsn, lsn)``.)
 
+A batch already on the driver (a small one) is split there (:func:`arrow_identity_runs`), and
+each plain run is applied from the driver (:mod:`.driver_merge`), the others through Spark.
 Each run is one Delta commit with its own transaction id (``<app>/<schema>.<table>#identity<i>``
 for runs after the first), so a batch replayed after a crash between runs skips the runs that
 committed and applies the rest.
@@ -46,6 +48,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
     from walspark.spark.lake.facts import BatchFacts
@@ -97,13 +100,46 @@ def identity_runs(rows: DataFrame, facts: BatchFacts) -> list[tuple[DataFrame, B
     starts = run_starts(rows)
     out = []
     table = (facts.schema, facts.table)
-    for i, start in enumerate(starts):
-        part = rows.where(_at_or_after(*start))
-        if i + 1 < len(starts):
-            part = part.where(~_at_or_after(*starts[i + 1]))
+    for i in range(len(starts)):
+        part = run_rows(rows, starts, i)
         part_facts = batch_facts(part, table, facts.user_keys)
         if part_facts is not None:
             out.append((part, replace(part_facts, identities=1)))
     log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
              facts.schema, facts.table, len(out))  # fmt: skip
     return out
+
+
+def arrow_identity_runs(rows: pa.Table, facts: BatchFacts) -> list[tuple[tuple[int, int], pa.Table, BatchFacts]]:
+    """:func:`identity_runs` of a batch already on the driver as Arrow, no Spark job: each run's
+    first ``(_commit_lsn, _seq)``, its rows (in change order) and its facts — the same runs, so
+    the same transaction ids, whichever path applies each run."""
+    import pyarrow.compute as pc
+
+    from walspark.spark.lake.facts import arrow_tables_facts
+
+    table = (facts.schema, facts.table)
+    if facts.identities <= 1:
+        first = pc.min_max(rows.column("_commit_lsn"))["min"].as_py()
+        return [((first, 0), rows, facts)]
+    ordered = rows.take(pc.sort_indices(rows, [("_commit_lsn", "ascending"), ("_seq", "ascending")]))
+    keys = ordered.column("_key").to_pylist()
+    starts = [i for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]]
+    lsns, seqs = ordered.column("_commit_lsn"), ordered.column("_seq")
+    out = []
+    for start, end in zip(starts, [*starts[1:], len(keys)], strict=True):
+        part = ordered.slice(start, end - start)
+        part_facts = arrow_tables_facts(part, lambda schema, name: facts.user_keys)[table]
+        out.append(((lsns[start].as_py(), seqs[start].as_py()), part, replace(part_facts, identities=1)))
+    log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
+             facts.schema, facts.table, len(out))  # fmt: skip
+    return out
+
+
+def run_rows(rows: DataFrame, starts: list[tuple[int, int]], index: int) -> DataFrame:
+    """The ``index``-th identity run of ``rows``, given every run's first ``(_commit_lsn, _seq)``."""
+    part = rows.where(_at_or_after(*starts[index])) if index else rows
+    if index + 1 < len(starts):
+        part = part.where(~_at_or_after(*starts[index + 1]))
+    return part
+
