@@ -136,6 +136,17 @@ def test_wrong_password(command: str, pw_pg: EmbeddedPostgres, tmp_path: Path) -
     assert SECRET not in line
 
 
+@pytest.mark.parametrize("command", ["run", "slot list"])
+def test_no_password_given(command: str, pw_pg: EmbeddedPostgres, tmp_path: Path) -> None:
+    """libpq's "no password supplied" names where a password can come from, not host and port."""
+    home = tmp_path / "home"  # no ~/.pgpass there
+    home.mkdir()
+    result = walspark(*_commands(pw_pg.dsn(user="pwuser"), tmp_path)[command],
+                      env={"HOME": str(home), "PGPASSWORD": "", "PGPASSFILE": str(home / "none")})  # fmt: skip
+    line = one_line_error(result, "no password supplied", "PGPASSWORD", "~/.pgpass")
+    assert "host and port" not in line
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_missing_database(command: str, pg18: EmbeddedPostgres, tmp_path: Path) -> None:
     dsn = pg18.dsn(dbname="no_such_db", password=SECRET)

@@ -158,9 +158,19 @@ def test_rewrite_stops_with_one_line(spark, pg18_dsn, tmp_path, rewrite, backlog
         conn.execute(sql)
         conn.execute("UPDATE other SET v = 'still replicated'")
         line = _stops(pg18_dsn, target, expected)
-        assert "walspark slot drop --slot" in line
+        assert f"`walspark resnapshot --target {target} --table public.t`" in line, line
         # the other table keeps going
         assert spark.read.format("delta").load(f"{target}/public/other").collect()[0]["v"] == "still replicated"
+        # the fix it names: the table copied again as it is now, the changes after it applied
+        from click.testing import CliRunner
+
+        from walspark.cli import commands  # noqa: F401  (registers the subcommands)
+        from walspark.cli.main import cli
+
+        assert CliRunner().invoke(cli, ["resnapshot", "--target", target, "--table", "public.t"]).exit_code == 0
+        conn.execute("UPDATE t SET b = 'after' WHERE id = 3")
+        run_once(pg18_dsn, "pub", "s", target)
+        assert_matches_publication(conn, spark, target, "pub", context="after the re-copy")
 
 
 def test_conflicting_shapes_in_one_transaction_stop_with_one_line(spark, pg18_dsn, tmp_path):

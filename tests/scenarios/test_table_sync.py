@@ -100,6 +100,11 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
         assert not list((Path(target) / "_walspark" / "tablesync" / "requests").glob("*.json"))
         missing = CliRunner().invoke(cli, ["resnapshot", "--target", str(tmp_path / "nowhere"), "--table", "b"])
         assert missing.exit_code == 1 and "no walspark pipeline" in missing.output
+        misspelt = CliRunner().invoke(cli, ["resnapshot", "--target", target, "--table", "public.bb", "--table", "a"])
+        assert misspelt.exit_code == 2, misspelt.output
+        assert "public.bb: not a table of the pipeline writing" in misspelt.output, misspelt.output
+        assert "public.a, public.b" in misspelt.output, misspelt.output  # the tables it has
+        assert not list((Path(target) / "_walspark" / "tablesync" / "requests").glob("*.json"))
 
 
 def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_path, monkeypatch):

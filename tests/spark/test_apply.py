@@ -388,7 +388,7 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
         _odd_txn(src, rnd, round_)
         _toast_txn(src, rnd, round_)
         if round_ == 1:  # delta-rs writes checkpoints too (at its commits), which Spark must read
-            for table in ("items", "pairs", "Odd Name", "docs", *edge):
+            for table in ("items", "pairs", "Odd Name", "docs"):
                 spark.sql(f"ALTER TABLE delta.`{tmp_path / 'driver' / 'public' / table}` "
                           "SET TBLPROPERTIES ('delta.checkpointInterval' = '1')")  # fmt: skip
         for df in src.drain(join_identities=True):
@@ -417,7 +417,8 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
                    for way, p in paths.items()}  # fmt: skip
         assert not any(e.startswith("delta-rs") for e in engines.get("spark", ())), (table, engines)
         assert any(e.startswith("delta-rs") for e in engines["driver"]) is not deletion_vectors, (table, engines)
-        assert list((tmp_path / "driver" / "public" / table / "_delta_log").glob("*.checkpoint.parquet"))
+        if table not in edge:  # (their ALTER above costs a Spark commit each: kept to these tables)
+            assert list((tmp_path / "driver" / "public" / table / "_delta_log").glob("*.checkpoint.parquet"))
         if table in ("pairs", "gone"):  # the batch with a TRUNCATE was merged from the driver too
             (newest,) = spark.sql(f"DESCRIBE HISTORY delta.`{paths['driver']}` LIMIT 1").collect()
             assert newest.engineInfo.startswith("delta-rs") is not deletion_vectors, (table, newest)

@@ -31,10 +31,10 @@ def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
     if not state_home(target, state).list():
         raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "
                                    "give the --target of walspark run")
-    try:
+    try:  # a name that does not parse, or is not one of the pipeline's tables
         names = [parse_table_name(t) for t in tables]
+        path = request_resnapshot(target, names, state)
     except (ValueError, OptionError) as exc:
         raise click.UsageError(str(exc)) from None
-    path = request_resnapshot(target, names, state)
     click.echo(f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "
                "walspark run picks it up at its next check", err=True)

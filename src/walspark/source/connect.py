@@ -86,6 +86,9 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
         return make(WalLevelNotLogical, "set wal_level = logical and restart PostgreSQL")
     if state == "55006" or ("replication slot" in low and "is active for pid" in low):
         return make(SlotInUse)
+    if "no password supplied" in low:  # libpq, before the server could say more
+        return make(AuthenticationFailed, "the server asks for a password and none was given: put password=... in "
+                                          "the connection string, or set PGPASSWORD, or add a ~/.pgpass entry")
     if state in ("28P01", "28000") or "password authentication failed" in low or "no pg_hba.conf entry" in low \
             or "authentication failed" in low or ("role" in low and "does not exist" in low) \
             or "password is required" in low or "pg_hba.conf rejects" in low:

@@ -56,10 +56,6 @@ __all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable
 
 log = logging.getLogger(__name__)
 
-#: What the user can do about a change whose effect on existing rows is not streamed.
-RESNAPSHOT = ("Start over from a new snapshot: drop the slot ('walspark slot drop --slot <slot>') and run into a new "
-              "--target, which copies the tables as they are now")
-
 #: The attnum recorded for a column added from an older stream shape (which has none): a later
 #: catalog column of that name is another column, never this one.
 UNKNOWN_ATTNUM = 0
@@ -160,6 +156,13 @@ class TargetTable:
     def sql_name(self) -> str:
         return f"delta.{quote(self.path)}"
 
+    def recopy_advice(self) -> str:
+        """What to do when the table's rows can no longer follow the source: copy it again."""
+        target = self.path.rstrip("/").rsplit("/", 2)[0]
+        return (f"Copy the table again, then run again: `walspark resnapshot --target {target} --table {self.qualified}` "
+                "(or start over from a new snapshot: drop the slot with `walspark slot drop` and run into a new "
+                "--target)")  # fmt: skip
+
     def exists(self) -> bool:
         from walspark.spark.lake.tables import is_delta_table
 
@@ -251,7 +254,7 @@ class TargetTable:
                         f"{self.qualified}: column {f.name!r} changed from {current[f.name].dataType.simpleString()} "
                         f"to {f.dataType.simpleString()} (ALTER COLUMN TYPE): PostgreSQL rewrote the existing rows "
                         "without streaming them, and Delta cannot convert them exactly; other tables keep going. "
-                        f"{RESNAPSHOT}"
+                        f"{self.recopy_advice()}"
                     )
                 if change is not None:
                     widened.append((f.name, change))
@@ -484,7 +487,7 @@ def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
         raise SchemaEvolutionError(
             f"{tgt.qualified}: changes from before a series of DDL on this table (columns renamed, dropped and "
             f"added within one backlog) carry column(s) {', '.join(map(repr, unknown))}, which the stream alone "
-            f"cannot match to today's columns; other tables keep going. {RESNAPSHOT}"
+            f"cannot match to today's columns; other tables keep going. {tgt.recopy_advice()}"
         )
     current = {f.name: f for f in tgt.columns()}
     before = tgt.column_ids()
@@ -499,7 +502,7 @@ def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
         raise SchemaEvolutionError(
             f"{tgt.qualified}: column(s) {', '.join(map(repr, rewritten))} were added with a default that PostgreSQL "
             "computed for every existing row by rewriting the table (a volatile default, a generated column, or "
-            f"another ALTER in the same statement), which is not streamed; other tables keep going. {RESNAPSHOT}"
+            f"another ALTER in the same statement), which is not streamed; other tables keep going. {tgt.recopy_advice()}"
         )
     if plan.drops:
         log.warning("%s: dropping columns %s (dropped and added again in PostgreSQL)", tgt.qualified, plan.drops)

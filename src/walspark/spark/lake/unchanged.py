@@ -23,7 +23,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from walspark.spark.lake.evolution import RESNAPSHOT, SchemaEvolutionError
+from walspark.spark.lake.evolution import SchemaEvolutionError
 from walspark.spark.lake.tables import quote
 
 if TYPE_CHECKING:
@@ -132,6 +132,5 @@ def _stop(target: TargetTable, keys: Sequence[str], values: Sequence[Any], colum
         f"table {target.qualified}: an update left column(s) {', '.join(repr(c) for c in columns)} unchanged (TOAST) "
         f"for key {render_key(keys, values)}, but {where}: the Delta table has diverged from the source (rows "
         f"deleted or never copied). Nothing of {target.qualified} was written from this batch (no NULL invented); "
-        f"other tables go on. Re-copy the table, then run again: `walspark resnapshot --target "
-        f"{target.path.rstrip('/').rsplit('/', 2)[0]} --table {target.qualified}` (or: {RESNAPSHOT})"
+        f"other tables go on. {target.recopy_advice()}"
     )

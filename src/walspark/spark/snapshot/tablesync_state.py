@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
-from walspark.spark.lake.tables import path_segment
+from walspark.spark.lake.tables import is_delta_table, path_segment, table_path
 from walspark.storage import Location, state_home
 
 __all__ = ["COPIED", "COPYING", "LEFT", "READY", "SyncState", "SyncStore", "request_resnapshot"]
@@ -172,11 +172,26 @@ class SyncStore:
             yield path, tables  # type: ignore[misc]
 
 
+class UnknownTable(ValueError):
+    """A table asked to be copied again is not one of the pipeline's."""
+
+
 def request_resnapshot(target: str, tables: Iterable[Table], state: str | None = None) -> Location:
     """Ask the pipeline of ``target`` to re-copy ``tables`` (durably; a running ``walspark run``
     picks it up within its check interval, otherwise the next one does). A write-once object with
-    a unique name: no two requests can overwrite each other, on any store."""
+    a unique name: no two requests can overwrite each other, on any store.
+
+    Each table must be one the pipeline knows (its table sync's state, or a Delta table under
+    ``target``), else :class:`UnknownTable`: a misspelt name would only be ignored later."""
     store = SyncStore.for_target(target, state)
+    tables = list(tables)
+    known = {(s.schema, s.table) for s in store.all()}
+    unknown = [t for t in tables if t not in known and not is_delta_table(table_path(target, *t))]
+    if unknown:
+        names = ", ".join(f"{s}.{t}" for s, t in unknown)
+        have = ", ".join(sorted(f"{s}.{t}" for s, t in known)[:20]) or "none recorded yet"
+        raise UnknownTable(f"{names}: not a table of the pipeline writing {target} (its tables: {have}); "
+                           "a table added to the publication is copied when the pipeline sees it")  # fmt: skip
     path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
     path.write_json({"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()})
     return path
