@@ -71,6 +71,11 @@ def _at_or_after(commit_lsn: int, seq: int) -> Column:
     return (c > commit_lsn) | ((c == commit_lsn) & (s >= seq))
 
 
+def _say_runs(facts: BatchFacts, runs: int) -> None:
+    log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
+             facts.schema, facts.table, runs)  # fmt: skip
+
+
 def run_starts(rows: DataFrame) -> list[tuple[int, int]]:
     """``(_commit_lsn, _seq)`` of the first change of each identity run, in order.
 
@@ -105,8 +110,7 @@ def identity_runs(rows: DataFrame, facts: BatchFacts) -> list[tuple[DataFrame, B
         part_facts = batch_facts(part, table, facts.user_keys)
         if part_facts is not None:
             out.append((part, replace(part_facts, identities=1)))
-    log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
-             facts.schema, facts.table, len(out))  # fmt: skip
+    _say_runs(facts, len(out))
     return out
 
 
@@ -131,8 +135,7 @@ def arrow_identity_runs(rows: pa.Table, facts: BatchFacts) -> list[tuple[tuple[i
         part = ordered.slice(start, end - start)
         part_facts = arrow_tables_facts(part, lambda schema, name: facts.user_keys)[table]
         out.append(((lsns[start].as_py(), seqs[start].as_py()), part, replace(part_facts, identities=1)))
-    log.info("%s.%s: the batch holds %d replica identity runs, applied one after the other",
-             facts.schema, facts.table, len(out))  # fmt: skip
+    _say_runs(facts, len(out))
     return out
 
 
