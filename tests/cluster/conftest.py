@@ -21,8 +21,11 @@ def driver_home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def standalone_cluster(tmp_path: Path, driver_home: Path) -> Iterator[StandaloneCluster]:
-    """A master and two workers (1 core, 1 GiB each) on loopback; their logs are printed on failure."""
-    cluster = start_cluster(tmp_path / "cluster", workers=2, hide=[driver_home])
+    """A master and a worker (2 cores, 1 GiB) on loopback; their logs are printed on failure.
+
+    One worker, whose executor runs two tasks at a time: a second worker would only add two JVMs
+    (itself and its executor, per application) that prove nothing more on one host."""
+    cluster = start_cluster(tmp_path / "cluster", workers=1, cores=2, hide=[driver_home])
     try:
         yield cluster
     finally:

@@ -159,9 +159,9 @@ def _check_hidden(workers: Sequence[subprocess.Popen[bytes]], hide: Sequence[Pat
             marker.unlink()
 
 
-def start_cluster(base: Path, *, workers: int = 2, hide: Sequence[Path] = (), timeout: float = 180.0,
+def start_cluster(base: Path, *, workers: int = 1, cores: int = 2, hide: Sequence[Path] = (), timeout: float = 180.0,
                   worker_memory: str = "1g") -> StandaloneCluster:  # fmt: skip
-    """Start a master and ``workers`` workers (1 core, ``worker_memory`` each) under ``base``.
+    """Start a master and ``workers`` workers (``cores`` cores, ``worker_memory`` each) under ``base``.
 
     Returns once every worker is registered with the master. ``hide``: folders the workers (and
     so their executors) must not see — covered in their mount namespace, if the host allows it.
@@ -184,7 +184,7 @@ def start_cluster(base: Path, *, workers: int = 2, hide: Sequence[Path] = (), ti
             (home / "work").mkdir(parents=True, exist_ok=True)
             env = _daemon_env({"SPARK_LOCAL_DIRS": str(home / "local"), "SPARK_WORKER_DIR": str(home / "work")})
             log = home / "worker.log"
-            proc = _launch(["org.apache.spark.deploy.worker.Worker", cluster.url, "--cores", "1", "--memory",
+            proc = _launch(["org.apache.spark.deploy.worker.Worker", cluster.url, "--cores", str(cores), "--memory",
                             worker_memory, "--work-dir", str(home / "work"), "--host", "127.0.0.1",
                             "--webui-port", "0"], log, env, hide if isolated else ())  # fmt: skip
             cluster.processes.append(proc)

@@ -1,7 +1,7 @@
 """``spark-submit`` of walspark on a (local) cluster, the way docs/deploying.md's "spark-submit and pip" says.
 
-``--master local-cluster[2,1,1024]`` runs a master, two workers and two executor JVMs beside
-the driver, each executor with its own Python workers: the snapshot's and the stream's read
+``--master local-cluster[1,1,1024]`` runs a master, a worker and an executor JVM beside
+the driver, the executor with its own Python workers: the snapshot's and the stream's read
 tasks run there, so walspark must be importable on the executors (here: installed in the venv
 that ``PYSPARK_PYTHON`` names, as on every node of a cluster) and Delta's jars must travel with
 ``--jars``. The driver's session must keep spark-submit's master: the event log shows the
@@ -28,7 +28,7 @@ def _submit(venv: Installed, jars: str, entry: Path, events: Path, dsn: str, tar
             env: dict[str, str] | None = None) -> str:  # fmt: skip
     """One ``walspark run --once`` as a spark-submit application (master, workers, executors on loopback)."""
     return venv.run([
-        "spark-submit", "--master", "local-cluster[2,1,1024]", "--jars", jars, *extra,
+        "spark-submit", "--master", "local-cluster[1,1,1024]", "--jars", jars, *extra,
         "--conf", f"spark.pyspark.python={venv.venv / 'bin' / 'python'}",
         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}",
         "--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false",
@@ -80,11 +80,11 @@ def test_spark_submit_on_a_local_cluster_runs_once(installed: Installed, pg18_ds
     for app in applications:
         environment = next(e for e in app if e["Event"] == "SparkListenerEnvironmentUpdate")
         properties = environment["Spark Properties"]
-        assert properties["spark.master"] == "local-cluster[2,1,1024]"
+        assert properties["spark.master"] == "local-cluster[1,1,1024]"
         assert properties["spark.driver.host"] in ("127.0.0.1", "localhost")  # loopback only (SPARK_LOCAL_IP)
         added = [e for e in app if e["Event"] == "SparkListenerExecutorAdded"]
         executors = {e["Executor ID"] for e in added}
-        assert len(executors) == 2, executors
+        assert len(executors) == 1, executors
         assert {e["Executor Info"]["Host"] for e in added} == {"127.0.0.1"}
         tasks = [e for e in app if e["Event"] == "SparkListenerTaskEnd"]
         assert {t["Task Info"]["Executor ID"] for t in tasks} <= executors and tasks  # none on the driver

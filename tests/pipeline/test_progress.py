@@ -49,3 +49,47 @@ def test_the_line_counts_the_change_rows_the_sink_took_not_the_rows_spark_read()
     progress.batch(event)
     assert lines == ["batch 7: 5 changes applied in 11.6s (0.4 rows/s)"], lines
     assert tracker.status().rows == 3  # the status counts applied rows only
+
+
+def test_a_batch_line_says_how_far_behind_the_source_it_applied() -> None:
+    """The batch's latest commit time (from the sink's results) to the moment of its line."""
+    import time
+
+    from walspark.pipeline.status import Tracker
+
+    tracker = Tracker()
+    committed = int((time.time() - 90) * 1e6)  # its last transaction committed 90 s ago
+    tracker.batch_applied(3, [SimpleNamespace(schema="public", table="t", rows=2, skipped=False, commit_lsn=None,
+                                              commit_time_us=committed)])  # fmt: skip
+    lines: list[str] = []
+    StreamProgress("dbname=unused", lines.append, tracker=tracker).report(3, 2, 0.5, None)
+    assert lines and lines[0].startswith("batch 3: 2 changes applied in 0.5s (4.0 rows/s), 1 min 3"), lines
+    assert lines[0].endswith(" s behind the source"), lines
+    assert 89 <= tracker.status().lag_seconds <= 100
+
+
+def test_an_idle_stream_says_it_is_up_to_date_once_per_interval(pg18_dsn: str) -> None:
+    """Spark reports an idle query every 10 s; the heartbeat says so once per interval, with the
+    slot's lag, for this run's query only (idle events carry an id, no name)."""
+    import psycopg
+
+    from walspark.pipeline.status import Tracker
+
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('beat', 'pgoutput')")
+    tracker = Tracker()
+    lines: list[str] = []
+    progress = StreamProgress(pg18_dsn, lines.append, query_name="q", tracker=tracker, slot="beat",
+                              heartbeat_seconds=0.0)  # fmt: skip
+    progress.started(SimpleNamespace(name="other", id="2"))
+    progress.started(SimpleNamespace(name="q", id="1"))
+    progress.idle(SimpleNamespace(id="2"))  # another query's idleness says nothing of this run
+    assert lines == []
+    progress.idle(SimpleNamespace(id="1"))
+    assert len(lines) == 1 and lines[0].startswith("up to date: no changes for "), lines
+    assert lines[0].endswith(" KiB") and ", slot lag " in lines[0], lines
+    status = tracker.status()
+    assert status.lag_seconds == 0.0 and status.slot_lag_bytes is not None, status
+    progress.heartbeat_seconds = 3600.0
+    progress.idle(SimpleNamespace(id="1"))  # within the interval: quiet
+    assert len(lines) == 1, lines

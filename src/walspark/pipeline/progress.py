@@ -1,7 +1,8 @@
 """The progress lines of a running pipeline, from Spark's streaming listener.
 
-One line per micro-batch (change rows, rows/s, how far the slot lags the server) goes to the
-``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a logger. The same
+One line per micro-batch (change rows, rows/s, how far behind the source in seconds and in WAL)
+goes to the ``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a
+logger; and while the stream is idle, a line a minute saying it is up to date. The same
 listener tells the stager that a batch reached Spark's commit log, so the slot can be confirmed.
 Spark delivers listener events for every query of the session, so only this pipeline's query
 (by name) is looked at: a notebook may run other streams beside it. Events reach listeners
@@ -13,25 +14,33 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from walspark.pipeline.status import Tracker
 
-__all__ = ["StreamProgress", "format_bytes", "format_rate"]
+__all__ = ["HEARTBEAT_SECONDS", "StreamProgress", "format_bytes", "format_rate"]
 
 log = logging.getLogger(__name__)
 
+#: While the stream finds nothing new, a line this often says it is up to date (Spark reports an
+#: idle query every 10 s, ``spark.sql.streaming.noDataProgressEventInterval``).
+HEARTBEAT_SECONDS = 60.0
+
 
 class StreamProgress:
-    """One console line per micro-batch: change rows, rows/s, and how far the slot lags the server.
+    """One console line per micro-batch: change rows, rows/s, and how far behind the source.
 
-    The lag is the server's current WAL position minus the end of the batch just committed,
-    in bytes: what is left to read. Registered as a Spark streaming listener for the query.
+    Behind the source in time: the batch's latest commit time to the moment its line is said.
+    In WAL (slot lag): the server's current position minus the end of the batch just committed,
+    what is left to read. While idle, every ``heartbeat_seconds`` a line says the stream is up to
+    date and the slot's lag (``slot``: its name). Registered as a Spark streaming listener.
     """
 
     def __init__(self, dsn: str, say: Callable[[str], None], staging: str | None = None, *,
-                 query_name: str | None = None, tracker: Tracker | None = None) -> None:  # fmt: skip
+                 query_name: str | None = None, tracker: Tracker | None = None, slot: str | None = None,
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:  # fmt: skip
         from pyspark.sql.streaming import StreamingQueryListener
 
         self.dsn = dsn
@@ -39,18 +48,22 @@ class StreamProgress:
         self.staging = staging
         self.query_name = query_name
         self.tracker = tracker
+        self.slot = slot
+        self.heartbeat_seconds = heartbeat_seconds
         self.since = datetime.now(UTC)
+        self._query_ids: set[str] = set()
+        self._last_line = self._last_change = time.monotonic()
         progress = self
 
         class _Listener(StreamingQueryListener):
             def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
-                pass
+                progress.started(event)
 
             def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
                 progress.batch(event.progress)
 
             def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
-                pass
+                progress.idle(event)
 
             def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
                 pass
@@ -80,18 +93,47 @@ class StreamProgress:
         (``note``: said after the rate)."""
         if not rows:
             return
+        self._last_line = self._last_change = time.monotonic()
         seconds = max(seconds, 1e-3)
         lag = ""
+        committed = self.tracker.commit_time_of(batch_id) if self.tracker is not None else None
+        if committed is not None:
+            lag = f", {format_seconds(max(time.time() - committed / 1e6, 0.0))} behind the source"
         try:
             if end_lsn is not None:
                 lag_bytes = self._lag_bytes(end_lsn)
-                lag = f", slot lag {format_bytes(lag_bytes)}"
+                lag += f", slot lag {format_bytes(lag_bytes)}"
                 if self.tracker is not None:
                     self.tracker.lag(lag_bytes)
         except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {batch_id}: {rows:,} changes applied in {seconds:.1f}s "
                  f"({format_rate(rows / seconds)} rows/s{note}){lag}")  # fmt: skip
+
+    def started(self, event) -> None:  # type: ignore[no-untyped-def]
+        """Remember this run's query by id: Spark's idle events carry no name."""
+        if self.query_name is None or getattr(event, "name", None) == self.query_name:
+            self._query_ids.add(str(event.id))
+
+    def idle(self, event) -> None:  # type: ignore[no-untyped-def]
+        """The query found nothing new: up to date. Said once per ``heartbeat_seconds`` of quiet."""
+        if self.query_name is not None and str(getattr(event, "id", "")) not in self._query_ids:
+            return  # another query of the session
+        now = time.monotonic()
+        if now - self._last_line < self.heartbeat_seconds:
+            if self.tracker is not None:
+                self.tracker.up_to_date(None)
+            return
+        self._last_line = now
+        lag_bytes = None
+        try:
+            lag_bytes = self._slot_lag_bytes()
+        except Exception:
+            log.debug("could not read the slot's lag", exc_info=True)
+        if self.tracker is not None:
+            self.tracker.up_to_date(lag_bytes)
+        lag = "" if lag_bytes is None else f", slot lag {format_bytes(lag_bytes)}"
+        self.say(f"up to date: no changes for {format_seconds(now - self._last_change)}{lag}")
 
     def ours(self, progress) -> bool:  # type: ignore[no-untyped-def]
         """Whether a progress event is of this run's query: its name, and a batch begun since."""
@@ -106,10 +148,34 @@ class StreamProgress:
         with connect_sql(self.dsn) as conn:
             return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])
 
+    def _slot_lag_bytes(self) -> int | None:
+        """The server's WAL position minus what the slot has confirmed (an idle stream confirms
+        the WAL it skips, so this stays small while nothing is published)."""
+        if self.slot is None:
+            return None
+        from walspark.source.connect import connect_sql
+
+        with connect_sql(self.dsn) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots"
+                               " WHERE slot_name = %s", (self.slot,)).fetchone()  # fmt: skip
+        return None if row is None or row[0] is None else int(row[0])
+
 
 def format_rate(per_second: float) -> str:
     """A rate as people read it: 1,664 / 12 / 0.4 (never "0" for a few rows in a slow batch)."""
     return f"{per_second:,.0f}" if per_second >= 10 else f"{per_second:.1f}"
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as people read it: 0.4 s, 12 s, 3 min 5 s, 2 h 10 min."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min {int(seconds % 60)} s"
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def format_bytes(n: int) -> str:

@@ -84,7 +84,8 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)
-    progress = StreamProgress(settings.dsn, say, settings.staging, query_name=settings.query_name, tracker=tracker)
+    progress = StreamProgress(settings.dsn, say, settings.staging, query_name=settings.query_name, tracker=tracker,
+                              slot=settings.slot)  # fmt: skip
     spark.streams.addListener(progress.listener)
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     ok = False

@@ -32,6 +32,7 @@ class PipelineStatus:
     (``"X/Y"``), which the slot is confirmed to once Spark's commit log has the batch.
     ``tables_copying``: tables being copied beside the stream (joined the publication, or a
     ``walspark resnapshot``). ``error``: the one-line reason when ``state == "failed"``.
+    ``lag_seconds`` and ``slot_lag_bytes``: how far behind the source, in time and in WAL.
     """
 
     state: str
@@ -41,6 +42,9 @@ class PipelineStatus:
     last_batch_rows: int | None = None
     slot_position: str | None = None
     slot_lag_bytes: int | None = None
+    #: Seconds behind the source: when the last batch was applied, how long before then its latest
+    #: transaction had committed; 0 once the stream found nothing new since (idle, up to date).
+    lag_seconds: float | None = None
     query_starts: int = 0
     snapshot_tables: int | None = None
     tables_copying: tuple[str, ...] = ()
@@ -76,6 +80,8 @@ class Tracker:
         self._batches = 0
         self._rows = 0
         self._recent: dict[int, int] = {}  # batch id → change rows the sink took (applied, or held for a copy)
+        self._recent_times: dict[int, int] = {}  # batch id → its latest commit time applied (µs since the epoch)
+        self._lag_seconds: float | None = None
         self._by_table: dict[str, int] = {}
         self._last_id: int | None = None
         self._last_rows: int | None = None
@@ -122,7 +128,7 @@ class Tracker:
     def batch_applied(self, batch_id: int, results: Any) -> None:
         """Count a batch the sink applied; ``results``: its :class:`ApplyResult` list (or None)."""
         rows = held = 0
-        position = None
+        position = latest = None
         by_table: dict[str, int] = {}
         for result in results or ():
             if getattr(result, "skipped", False):
@@ -133,15 +139,22 @@ class Tracker:
             by_table[key] = by_table.get(key, 0) + result.rows
             if result.commit_lsn is not None:
                 position = max(position or 0, result.commit_lsn)
+            if getattr(result, "commit_time_us", None) is not None:
+                latest = max(latest or 0, result.commit_time_us)
+        now = time.time()
         with self._lock:
+            if latest is not None:
+                self._recent_times[batch_id] = latest
+                self._lag_seconds = max(now - latest / 1e6, 0.0)
             self._batches += 1
             self._rows += rows
             for key, n in by_table.items():
                 self._by_table[key] = self._by_table.get(key, 0) + n
             self._last_id, self._last_rows = batch_id, rows
             self._recent[batch_id] = rows + held
-            while len(self._recent) > _RECENT_BATCHES:
-                del self._recent[next(iter(self._recent))]
+            for recent in (self._recent, self._recent_times):
+                while len(recent) > _RECENT_BATCHES:
+                    del recent[next(iter(recent))]
             if position is not None:
                 self._position = max(self._position or 0, position)
             self._updated = time.time()
@@ -152,9 +165,21 @@ class Tracker:
         with self._lock:
             return self._recent.get(batch_id)
 
+    def commit_time_of(self, batch_id: int) -> int | None:
+        """The latest commit time a recent batch applied (µs since the Unix epoch), if known."""
+        with self._lock:
+            return self._recent_times.get(batch_id)
+
     def lag(self, lag_bytes: int) -> None:
         with self._lock:
             self._lag = lag_bytes
+
+    def up_to_date(self, lag_bytes: int | None) -> None:
+        """The stream found nothing new: no time behind the source, ``lag_bytes`` of WAL (if known)."""
+        with self._lock:
+            self._lag_seconds = 0.0
+            if lag_bytes is not None:
+                self._lag = lag_bytes
 
     def status(self, tables_copying: tuple[str, ...] = ()) -> PipelineStatus:
         from walspark.protocol import format_lsn
@@ -164,7 +189,7 @@ class Tracker:
                 state=self._state, batches=self._batches, rows=self._rows, last_batch_id=self._last_id,
                 last_batch_rows=self._last_rows,
                 slot_position=None if self._position is None else format_lsn(self._position),
-                slot_lag_bytes=self._lag, query_starts=self._starts, snapshot_tables=self._snapshot_tables,
+                slot_lag_bytes=self._lag, lag_seconds=self._lag_seconds, query_starts=self._starts, snapshot_tables=self._snapshot_tables,
                 tables_copying=tables_copying, error=self._error, started_at=self._started,
                 updated_at=self._updated,
             )  # fmt: skip

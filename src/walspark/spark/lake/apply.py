@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -93,6 +94,8 @@ class ApplyResult:
     rows: int
     skipped: bool = False
     commit_lsn: int | None = None
+    #: The latest commit time applied, µs since the Unix epoch (None: not known, e.g. a replay skipped).
+    commit_time_us: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +164,7 @@ def _apply_table(
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
+    began = time.monotonic()
     path = table_path(target, schema, name)
     done = ProgressTable(spark, target, state).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
@@ -190,7 +194,8 @@ def _apply_table(
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     # Schema changes are their own idempotent commits, before (and outside) the guarded MERGE.
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
-    result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn)
+    result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn,
+                         commit_time_us=facts.max_commit_time_us)  # fmt: skip
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
     names = [f.name for f in fields]
     # Changes made under different replica identities are matched each on its own, run by run:
@@ -205,13 +210,16 @@ def _apply_table(
     else:
         runs = [(lambda part=part: part, part_facts, None)
                 for part, part_facts in identity_runs(rows.frame(), facts)]  # fmt: skip
+    engines = []
     for i, (part, part_facts, part_arrow) in enumerate(runs):
         txn = txn_app_id(app_id, schema, name, run_step(i))
         if part_arrow is not None and driver_merge.plain(part_facts, names) \
                 and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note):
+            engines.append("delta-rs")
             if not part_facts.keys:
                 _say_keyless(tgt)
             continue
+        engines.append("Spark")
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
             part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
         idempotence = IdempotentWrite(spark, txn, batch_id, note)
@@ -222,6 +230,8 @@ def _apply_table(
                 from walspark.spark.lake.apply_scd2 import apply_scd2
 
                 apply_scd2(tgt, part(), part_facts, fields)
+    log.info("%s.%s: batch %d, %d change row(s) applied in %.2f s (%s)", schema, name, batch_id, facts.rows,
+             time.monotonic() - began, ", ".join(engines))  # fmt: skip
     return result, record
 
 

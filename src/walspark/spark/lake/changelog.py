@@ -317,4 +317,5 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
     after_lsn = done.commit_lsn if done is not None else None  # commits the table has: left out
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     changes.append(rows, batch_id, {"userMetadata": note}, known, before_reshape, arrow, after_lsn)
-    return ApplyResult(schema, name, changes.path, facts.rows, commit_lsn=facts.max_commit_lsn), record
+    return ApplyResult(schema, name, changes.path, facts.rows, commit_lsn=facts.max_commit_lsn,
+                       commit_time_us=facts.max_commit_time_us), record  # fmt: skip

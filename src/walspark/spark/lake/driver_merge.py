@@ -9,8 +9,11 @@ commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta 
 What goes this way (:func:`plain`): the SCD1 batches whose MERGE is the plain one — a replica
 identity key, no key change leaving a TOAST value unchanged, no column to add, drop or rename;
 after a TRUNCATE, the changes that follow it, with the target's other rows deleted in the same
-MERGE, as Spark's — and the batches of only inserts, whatever the table's identity (a key, FULL
-or none: an append, as :func:`.writes.append_inserts` and the append-only path make it). A batch
+MERGE, as Spark's; the batches of a table matched on whole rows (REPLICA IDENTITY FULL), as
+net counts per row value (:func:`multiset_counts`, the target's count of a value that lost rows
+read from its Parquet files); and the batches of only inserts, whatever the table's identity (a
+key, FULL or none: an append, as :func:`.writes.append_inserts` and the append-only path make
+it). A batch
 made under several replica identities is taken run by run (:mod:`.identity`). All of it only
 into a local table whose protocol delta-rs writes exactly
 (:func:`writable`: column mapping yes, deletion vectors or change data feed no). Unchanged TOAST
@@ -46,7 +49,7 @@ from walspark.spark.lake.driver_log import local_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DRIVER_MERGE_ROWS", "apply", "collect_small", "fold", "plain", "writable"]
+__all__ = ["DRIVER_MERGE_ROWS", "apply", "collect_small", "fold", "multiset_counts", "plain", "writable"]
 
 #: Most change rows a batch may have to be applied from the driver (default 10,000); ``0``: never.
 DRIVER_MERGE_ROWS = "WALSPARK_DRIVER_MERGE_ROWS"
@@ -89,13 +92,19 @@ def collect_small(batch_df: DataFrame, target: str) -> pa.Table | None:
 
 
 def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
-    """Whether the table's batch needs nothing but the plain MERGE, or only an append (see the
-    module docstring). Inserts under a user's key columns are merged: that key may repeat."""
+    """Whether the table's batch needs nothing but the plain MERGE, the multiset MERGE of a table
+    matched on whole rows, or only an append (see the module docstring). Inserts under a user's
+    key columns are merged: that key may repeat."""
     simple = (facts.replica_keys and facts.identities == 1
               and not any(n.startswith(_P) or '"' in n for n in names))  # fmt: skip
-    if _appends(facts):
+    if _appends(facts) or _multiset(facts, names):
         return simple
-    return simple and bool(facts.keys) and not facts.moved_unchanged and set(facts.keys) != set(names)
+    return simple and bool(facts.keys) and not facts.moved_unchanged
+
+
+def _multiset(facts: BatchFacts, names: Sequence[str]) -> bool:
+    """Matched on every column (REPLICA IDENTITY FULL): the table is a multiset of row values."""
+    return bool(facts.keys) and set(facts.keys) == set(names)
 
 
 def _appends(facts: BatchFacts) -> bool:
@@ -189,14 +198,10 @@ def unchanged_column(position: int) -> str:
 def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[str]) -> bool:  # type: ignore[no-untyped-def]
     """Whether the target (a ``deltalake.DeltaTable``) holds the key of every folded row that
     keeps a value of its own (an update with one of ``flags``, its ``__ws_u<i>``, set): the MERGE
-    would otherwise have nothing to keep and insert NULL. Read from the Parquet files by their
-    physical column names (the table has column mapping; no deletion vectors, see :func:`writable`)."""
+    would otherwise have nothing to keep and insert NULL (see :func:`_matching_rows`)."""
     import functools
-    import operator
 
-    import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
     if not flags:
         return True
@@ -204,23 +209,59 @@ def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[
     need = source.filter(pc.and_(keeps, pc.not_equal(source.column(f"{_P}op"), "D")))
     if not need.num_rows:
         return True
+    wanted = need.select([key_column(i) for i in range(len(keys))]).rename_columns(list(keys))
+    held = _matching_rows(table, wanted)
+    if held is None:
+        return False
+    have = set(zip(*[held.column(k).to_pylist() for k in keys], strict=True))
+    return all(key in have for key in zip(*[wanted.column(k).to_pylist() for k in keys], strict=True))
+
+
+#: Most rows a target may have for the driver to read its columns (a check before a delta-rs
+#: MERGE); a bigger table's batch goes through Spark, which prunes files by their statistics.
+_SCAN_ROWS = 1_000_000
+
+
+def _matching_rows(table, wanted: pa.Table) -> pa.Table | None:  # type: ignore[no-untyped-def]
+    """The target's rows (a ``deltalake.DeltaTable``), in ``wanted``'s columns and types, whose
+    value of each column is among ``wanted``'s (NULL among them matching NULL); None: not read
+    here (partitioned, over :data:`_SCAN_ROWS` rows, a column or type the files do not have),
+    Spark's path answers instead.
+
+    Read from the Parquet files by their physical column names (the tables have column mapping,
+    no deletion vectors: :func:`writable`), whole columns, then filtered: the files' statistics
+    cannot prune here, because delta-rs writes string views, which pyarrow's filters do not take.
+    """
+    import functools
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    names = wanted.column_names
     if table.metadata().partition_columns:
-        return False
-    physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name) for f in table.schema().fields}
-    files = ds.dataset(table.file_uris(), format="parquet")
-    wanted = [need.column(key_column(i)).unique() for i in range(len(keys))]
+        return None
+    uris = table.file_uris()
+    if not uris:
+        return wanted.slice(0, 0)
     try:
-        where = functools.reduce(operator.and_, [
-            pc.field(physical[k]).isin(w.cast(files.schema.field(physical[k]).type)) for k, w in zip(keys, wanted, strict=True)
+        records = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+        if records.null_count or pc.sum(records).as_py() > _SCAN_ROWS:
+            return None
+        physical = {f.name: f.metadata.get("delta.columnMapping.physicalName", f.name) for f in table.schema().fields}
+        plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+        schema = ds.dataset(uris[0], format="parquet").schema  # a file's: a column added since is missing
+        schema = pa.schema([f.with_type(plain.get(f.type, f.type)) for f in schema])
+        files = ds.dataset(uris, format="parquet", schema=schema).to_table(columns=[physical[n] for n in names])
+        rows = pa.table([files.column(physical[n]).cast(wanted.schema.field(n).type) for n in names], names=names)
+        match = functools.reduce(pc.and_, [
+            pc.is_in(rows.column(n), value_set=wanted.column(n).combine_chunks().unique(), skip_nulls=False)
+            for n in names
         ])  # fmt: skip
-        held = files.to_table(columns=[physical[k] for k in keys], filter=where)
+        return rows.filter(match)
     except (KeyError, pa.ArrowException) as exc:
-        log.debug("target keys not read from the Parquet files (%s): the batch goes to Spark", exc)
-        return False
-    types = [need.schema.field(key_column(i)).type for i in range(len(keys))]
-    have = set(zip(*[held.column(physical[k]).cast(t).to_pylist() for k, t in zip(keys, types, strict=True)], strict=True))
-    return all(key in have for key in zip(*[need.column(key_column(i)).to_pylist() for i in range(len(keys))],
-                                          strict=True))  # fmt: skip
+        log.debug("target rows not read from the Parquet files (%s): the batch goes to Spark", exc)
+        return None
 
 
 def _last(last: dict, key: tuple, change: tuple) -> None:  # type: ignore[type-arg]
@@ -271,6 +312,8 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             lsn, seq = rows.column("_commit_lsn"), rows.column("_seq")
             rows = rows.filter(pc.or_(pc.greater(lsn, last.commit_lsn),
                                       pc.and_(pc.equal(lsn, last.commit_lsn), pc.greater(seq, last.seq))))  # fmt: skip
+        if _multiset(facts, names):
+            return _merge_multiset(table, local, identity, rows, names, types, properties, bool(facts.truncates))
         source = fold(rows, facts.keys, names)
         kept = {i: n for i, n in enumerate(names) if unchanged_column(i) in source.column_names}
         if facts.truncates and kept:
@@ -304,6 +347,89 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         if done is not None and done >= version:
             return True
         return _refuse(path, str(exc))
+
+
+def multiset_counts(rows: pa.Table, names: Sequence[str]) -> pa.Table:
+    """Net count change per row value (``names``, then ``__ws_n``): +1 per row inserted (an
+    insert, an update's new row), -1 per row removed (an update's or a delete's old row); zeros
+    left out. As :func:`.writes.multiset_deltas` on Spark: an update's unchanged-TOAST value is
+    its old row's (FULL sends the whole old row), and NULLs are equal to each other."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    op = rows.column("_op")
+    added = rows.filter(pc.is_in(op, pa.array(["I", "U"])))
+    removed = rows.filter(pc.is_in(op, pa.array(["U", "D"])))
+    left = added.column("_unchanged").combine_chunks()
+    flat, parents = pc.list_flatten(left), pc.list_parent_indices(left)
+    new_old = added.column("_old").combine_chunks()
+    old = removed.column("_old").combine_chunks()
+    columns: dict[str, list] = {n: [] for n in names}
+    for n in names:
+        value = added.column(n).combine_chunks()
+        spots = pc.filter(parents, pc.equal(flat, n))
+        if len(spots):  # rows whose value of n is the old row's
+            mask = pc.is_in(pa.array(range(added.num_rows), pa.int64()), spots.cast(pa.int64()))
+            value = pc.if_else(mask, pc.struct_field(new_old, n).cast(value.type), value)
+        columns[n] = [value, pc.struct_field(old, n).cast(value.type)]
+    n_col = f"{_P}n"
+    signs = pa.array([1] * added.num_rows + [-1] * removed.num_rows, pa.int64())
+    both = pa.table({**{n: pa.concat_arrays(columns[n]) for n in names}, n_col: signs})
+    grouped = both.group_by(list(names)).aggregate([(n_col, "sum")])  # the sums first, then the keys
+    counts = grouped.select([*names, f"{n_col}_sum"]).rename_columns([*names, n_col])
+    return counts.filter(pc.not_equal(counts.column(n_col), 0))
+
+
+def _held_counts(table, counts: pa.Table, names: Sequence[str]) -> dict[tuple, int] | None:  # type: ignore[no-untyped-def]
+    """How many rows of each value of ``counts`` the target holds (:func:`_matching_rows`)."""
+    held = _matching_rows(table, counts.select(list(names)))
+    if held is None:
+        return None
+    found: dict[tuple, int] = {}
+    for value in zip(*[held.column(n).to_pylist() for n in names], strict=True):
+        found[value] = found.get(value, 0) + 1
+    return found
+
+
+def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence[str], types: dict,  # type: ignore[no-untyped-def]
+                    properties, truncated: bool) -> bool:  # fmt: skip
+    """A multiset batch (see :func:`multiset_counts`) in one delta-rs MERGE, as
+    :func:`.writes.merge_multiset` makes it through Spark: a value that lost rows is deleted and
+    inserted again as many times as remain (the target's count plus the net change), a value that
+    only gained rows gets that many inserts; after a TRUNCATE every other row is deleted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    counts = multiset_counts(rows, names)
+    counts = counts.cast(pa.schema([*[(n, types[n]) for n in names], counts.schema.field(f"{_P}n")]))
+    values = list(zip(*[counts.column(n).to_pylist() for n in names], strict=True))
+    nets = counts.column(f"{_P}n").to_pylist()
+    held: dict[tuple, int] | None = {}
+    if not truncated and any(net < 0 for net in nets):
+        held = _held_counts(table, counts.filter(pc.less(counts.column(f"{_P}n"), 0)), names)
+        if held is None:
+            _keep(local, identity, table)
+            return False
+    picks, actions = [], []
+    for i, (value, net) in enumerate(zip(values, nets, strict=True)):
+        if net < 0:
+            picks.append(i)
+            actions.append("match")
+        final = net if net > 0 else held.get(value, 0) + net  # type: ignore[union-attr]
+        picks += [i] * max(final, 0)
+        actions += ["insert"] * max(final, 0)
+    action = f"{_P}action"
+    source = counts.select(list(names)).take(pa.array(picks, pa.int64())).append_column(action, pa.array(actions, pa.string()))
+    on = " AND ".join([f"(s.{_quote(action)} = 'match')",  # (each in parentheses: delta-rs's parser
+                       *[f"(t.{_quote(n)} IS NOT DISTINCT FROM s.{_quote(n)})" for n in names]])  # binds AND first)
+    merge = (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
+             .when_matched_delete()
+             .when_not_matched_insert({_quote(n): f"s.{_quote(n)}" for n in names}, f"s.{_quote(action)} = 'insert'"))
+    if truncated:
+        merge = merge.when_not_matched_by_source_delete()
+    merge.execute()
+    _keep(local, identity, table)
+    return True
 
 
 def _open(local: str):  # type: ignore[no-untyped-def]
