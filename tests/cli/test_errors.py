@@ -215,6 +215,19 @@ def test_missing_slot(args: list[str], source: str, tmp_path: Path) -> None:
     one_line_error(walspark(*full), "s1", "does not exist", "slot")
 
 
+def test_target_under_a_file(source: str, tmp_path: Path) -> None:
+    """A target path through a file: said before Spark starts, naming the file."""
+    (tmp_path / "afile").write_text("not a folder")
+    args = _commands(source, tmp_path / "afile" / "lake")["run"]
+    one_line_error(walspark(*args), "--target", str(tmp_path / "afile"), "is a file, not a folder")
+
+
+def test_target_in_a_bucket_that_does_not_exist(source: str, s3_endpoint, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = [a if a != str(tmp_path) else "s3a://no-such-bucket/lake" for a in _commands(source, tmp_path)["run"]]
+    one_line_error(walspark(*args, env=s3_endpoint.env), "--target", "bucket 'no-such-bucket' does not exist",
+                   "AWS_*")  # fmt: skip
+
+
 def test_slot_of_another_plugin(source: str, tmp_path: Path) -> None:
     with psycopg.connect(source, autocommit=True) as conn:
         conn.execute("SELECT pg_create_logical_replication_slot('s1', 'test_decoding')")

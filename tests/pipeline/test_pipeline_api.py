@@ -62,6 +62,11 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
         assert second.rows_by_table == {"public.orders": 61}, second
         assert second.slot_position is not None
         assert_matches_publication(conn, spark, target, "shop", context="after run_once")
+    from walspark.pipeline.status import read_status_files
+
+    (status,) = read_status_files(str(tmp_path / "lake" / "_walspark"))  # what `walspark status --target` reads
+    assert status["state"] == "finished" and status["slot"] == "shop_slot", status
+    assert status["rows"] == 61 and status["slot_position"] == second.slot_position, status
 
 
 def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, tmp_path, monkeypatch):

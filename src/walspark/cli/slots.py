@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from walspark.cli.errors import cli_errors
+from walspark.cli.errors import CommandError, cli_errors
 from walspark.cli.group import cli
 
 _DSN_HELP = "libpq connection string or URI of the slot's database (or $WALSPARK_DSN); sslmode etc. pass through."
@@ -121,14 +121,22 @@ def slot_list(dsn: str, all_databases: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@_dsn_option
-@click.option("--slot", "name", required=True, help="Slot name.")
+@click.option("--dsn", envvar="WALSPARK_DSN", help=_DSN_HELP + " Not needed with --target.")
+@click.option("--slot", "name", help="Slot name (with --target: which pipeline, if the target has several).")
+@click.option("--target", help="Report the pipeline writing this target (from its state files, no connection).")
+@click.option("--state", help="The pipeline's state folder, if it was run with --state.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object.")
-def status(dsn: str, name: str, as_json: bool) -> None:
-    """Show one slot: plugin, activity, positions (X/Y), lag bytes, retained WAL, wal_status."""
+def status(dsn: str | None, name: str | None, target: str | None, state: str | None, as_json: bool) -> None:
+    """Show one slot (plugin, activity, positions, lag, retained WAL), or with --target the pipeline:
+    its state, last batch, rows, how far behind, tables being copied, the last error."""
     from walspark.source.errors import SlotNotFound
     from walspark.source.slots import get_slot
 
+    if target is not None:
+        _pipeline_status(target, state, name, as_json)
+        return
+    if not dsn or not name:
+        raise click.UsageError("give --dsn (or $WALSPARK_DSN) and --slot for a slot, or --target for a pipeline")
     with _errors(dsn):
         with _connect(dsn) as conn:
             info = get_slot(conn, name)
@@ -159,3 +167,61 @@ def status(dsn: str, name: str, as_json: bool) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: bool) -> None:
+    """``walspark status --target``: what the pipeline's status file and table-sync state say."""
+    import time
+
+    from walspark.pipeline.progress import format_bytes, format_seconds
+    from walspark.pipeline.status import read_status_files
+    from walspark.spark.snapshot.tablesync_state import SyncStore
+    from walspark.storage import state_home
+
+    with cli_errors(None):
+        home = str(state_home(target, state))
+        records = [r for r in read_status_files(home) if slot is None or r["slot"] == slot]
+        if not records:
+            which = f" for slot {slot!r}" if slot else ""
+            raise CommandError(f"no pipeline status{which} under {home}: no `walspark run` has written "
+                                       "to this target yet (or give --state if it was run with one)")  # fmt: skip
+        try:
+            copying = sorted(f"{s.schema}.{s.table}" for s in SyncStore.for_target(target, state).all() if s.syncing)
+        except Exception:  # noqa: BLE001 - a state file being rewritten: shown as unknown
+            copying = None
+    if as_json:
+        for record in records:
+            record["tables_copying"] = copying
+        click.echo(json.dumps(records if slot is None else records[0], indent=2))
+        return
+    now = time.time()
+
+    def ago(at: float | None) -> str:
+        return "-" if at is None else f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))} ({format_seconds(max(now - at, 0))} ago)"
+
+    for n, r in enumerate(records):
+        if n:
+            click.echo("")
+        running = {True: "running", False: "not running", None: "running elsewhere?"}[r["running"]]
+        state_line = f"{r['state']} ({running}: pid {r['pid']} on {r['host']})" if r["state"] in (
+            "starting", "snapshot", "streaming", "stopping") else r["state"]  # fmt: skip
+        behind = "-" if r.get("lag_seconds") is None else f"{format_seconds(r['lag_seconds'])} behind the source"
+        if r.get("slot_lag_bytes") is not None:
+            behind += f", slot lag {format_bytes(r['slot_lag_bytes'])}"
+        last = "-" if r.get("last_batch_id") is None else \
+            f"batch {r['last_batch_id']}: {r['last_batch_rows']:,} change rows, {ago(r.get('last_batch_at'))}"
+        rows = [
+            ("slot", r["slot"]),
+            ("state", state_line),
+            ("started", ago(r.get("started_at"))),
+            ("updated", ago(r.get("written_at"))),
+            ("batches", f"{r['batches']:,} ({r['rows']:,} change rows)"),
+            ("last batch", last),
+            ("position", r.get("slot_position") or "-"),
+            ("behind", behind),
+            ("copying", "?" if copying is None else ", ".join(copying) or "-"),
+            ("error", r.get("error") or "-"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            click.echo(f"{key:<{width}}  {value}")

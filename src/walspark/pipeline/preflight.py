@@ -7,9 +7,14 @@ pipeline (and, from the CLI, not thirty seconds of JVM start-up).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from walspark.pipeline.settings import RunSettings
 
-__all__ = ["SLOT_FREE_SECONDS", "check_scd2_tables", "check_settings", "needs_snapshot", "preflight"]
+if TYPE_CHECKING:
+    from walspark.storage import Location
+
+__all__ = ["SLOT_FREE_SECONDS", "check_scd2_tables", "check_settings", "check_target", "needs_snapshot", "preflight"]
 
 #: How long a run waits for its slot to be released by another consumer before it stops: a run
 #: killed a moment ago is seen gone by the server within that; one still reading is an error.
@@ -56,6 +61,7 @@ def preflight(settings: RunSettings) -> None:
 
     check_settings(settings)
     home = state_home(settings.target, settings.state, StorageSettings.resolve(settings.conf))  # Spark may not be up yet
+    check_target(home, "--state" if settings.state else "--target")
     record = read_record(settings.target, home)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
     check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
@@ -64,6 +70,43 @@ def preflight(settings: RunSettings) -> None:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
         check_scd2_tables(settings)
+
+
+def check_target(home: Location, option: str = "--target") -> None:
+    """The folder of walspark's files can be made and written, asked without writing anything: on
+    a local disk, the nearest existing folder above it is a folder this user may write in; on an
+    object store, the bucket exists for these credentials. Raises
+    :class:`walspark.source.errors.OptionError` naming ``option`` and the fix."""
+    import os
+    from pathlib import Path
+
+    from walspark.source.errors import OptionError
+
+    if home.is_local:
+        probe = Path(home.path).absolute()
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise OptionError(f"{option}: {probe} is a file, not a folder; give a folder (or a URI such as "
+                              "s3a://bucket/lake)")  # fmt: skip
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise OptionError(f"{option}: this user cannot write in {probe}; give a folder it may write in, "
+                              "or grant it (chown, chmod)")  # fmt: skip
+        return
+    if home.prefix.startswith("hdfs"):
+        return  # HDFS answers through Spark's own client: checked when the run writes
+    import pyarrow.fs as pafs
+
+    bucket = home.path.split("/", 1)[0]
+    try:
+        found = home.fs.get_file_info(bucket).type != pafs.FileType.NotFound
+    except OSError as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise OptionError(f"{option}: the object store did not answer for bucket {bucket!r} ({reason}); check the "
+                          "endpoint and the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)") from None
+    if not found:
+        raise OptionError(f"{option}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
+                          "create it, or check the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)")
 
 
 def check_scd2_tables(settings: RunSettings) -> None:

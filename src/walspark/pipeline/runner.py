@@ -22,7 +22,7 @@ from walspark.pipeline.preflight import needs_snapshot
 from walspark.pipeline.progress import StreamProgress
 from walspark.pipeline.queries import run_queries
 from walspark.pipeline.settings import RunSettings
-from walspark.pipeline.status import Tracker
+from walspark.pipeline.status import Tracker, status_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,6 +41,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     from walspark.spark import register
 
     tracker = tracker or Tracker()
+    tracker.publish_to(status_writer(settings.home, settings.slot))  # for `walspark status --target`
     if tracker.state == "created":
         tracker.phase("starting")
     register(spark)

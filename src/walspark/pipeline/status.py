@@ -5,16 +5,31 @@ another thread — a notebook cell, the CLI, a benchmark — reads a frozen :cla
 at any time, and ``run_once`` returns a :class:`RunSummary`. Batches are recorded by the sink
 wrapper right after they are applied (synchronously), not from Spark's listener events, which
 arrive late and are shared by every query of the session.
+
+Another process (``walspark status --target``, a monitor) reads the same status from the file
+the tracker keeps under the pipeline's state folder (:func:`read_status_files`): rewritten at
+each phase and at most every few seconds for batches, never allowed to fail the pipeline.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import os
+import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker"]
+__all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker", "read_status_files", "status_writer"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two rewrites of the status file for batches (phases and failures: at once).
+_PUBLISH_SECONDS = 5.0
 
 #: How many batches' row counts :meth:`Tracker.rows_of` remembers (the progress line of a batch
 #: arrives after the batch, from Spark's listener thread).
@@ -51,6 +66,8 @@ class PipelineStatus:
     error: str | None = None
     started_at: float | None = None
     updated_at: float | None = None
+    #: When the last batch was applied (Unix seconds).
+    last_batch_at: float | None = None
 
     @property
     def active(self) -> bool:
@@ -93,6 +110,26 @@ class Tracker:
         self._started: float | None = None
         self._updated: float | None = None
         self._monotonic_start = time.monotonic()
+        self._last_batch_at: float | None = None
+        self._publish: Callable[[PipelineStatus], None] | None = None
+        self._published = 0.0
+
+    def publish_to(self, write: Callable[[PipelineStatus], None] | None) -> None:
+        """Hand every change of the status to ``write`` (at once for phases and failures, at most
+        every few seconds for batches); a failing ``write`` is logged, never raised."""
+        self._publish = write
+        self._maybe_publish(force=True)
+
+    def _maybe_publish(self, force: bool = False) -> None:
+        write = self._publish
+        now = time.monotonic()
+        if write is None or (not force and now - self._published < _PUBLISH_SECONDS):
+            return
+        self._published = now
+        try:
+            write(self.status())
+        except Exception:  # noqa: BLE001 - a status file must never stop the pipeline
+            log.debug("could not write the pipeline's status file", exc_info=True)
 
     @property
     def batches(self) -> int:
@@ -112,14 +149,17 @@ class Tracker:
                 self._monotonic_start = time.monotonic()
             self._state = state
             self._updated = time.time()
+        self._maybe_publish(force=True)
 
     def failed(self, error: str) -> None:
         with self._lock:
             self._state, self._error, self._updated = "failed", error, time.time()
+        self._maybe_publish(force=True)
 
     def snapshot_done(self, tables: int) -> None:
         with self._lock:
             self._snapshot_tables = tables
+        self._maybe_publish(force=True)
 
     def query_started(self) -> None:
         with self._lock:
@@ -157,7 +197,8 @@ class Tracker:
                     del recent[next(iter(recent))]
             if position is not None:
                 self._position = max(self._position or 0, position)
-            self._updated = time.time()
+            self._updated = self._last_batch_at = now
+        self._maybe_publish()
 
     def rows_of(self, batch_id: int) -> int | None:
         """The change rows the sink took in a recent batch (applied, or held while its table is
@@ -180,6 +221,7 @@ class Tracker:
             self._lag_seconds = 0.0
             if lag_bytes is not None:
                 self._lag = lag_bytes
+        self._maybe_publish()
 
     def status(self, tables_copying: tuple[str, ...] = ()) -> PipelineStatus:
         from walspark.protocol import format_lsn
@@ -191,7 +233,7 @@ class Tracker:
                 slot_position=None if self._position is None else format_lsn(self._position),
                 slot_lag_bytes=self._lag, lag_seconds=self._lag_seconds, query_starts=self._starts, snapshot_tables=self._snapshot_tables,
                 tables_copying=tables_copying, error=self._error, started_at=self._started,
-                updated_at=self._updated,
+                updated_at=self._updated, last_batch_at=self._last_batch_at,
             )  # fmt: skip
 
     def summary(self) -> RunSummary:
@@ -204,3 +246,51 @@ class Tracker:
                 query_starts=self._starts, snapshot_tables=self._snapshot_tables,
                 seconds=time.monotonic() - self._monotonic_start, rows_by_table=dict(self._by_table),
             )  # fmt: skip
+
+
+def status_writer(home: str, slot: str) -> Callable[[PipelineStatus], None]:
+    """What :meth:`Tracker.publish_to` calls to keep ``<home>/status/<slot>.json`` (``home``: the
+    pipeline's state folder, local or on an object store): the status, the slot, and which
+    process on which host writes it, so a reader tells a pipeline that died from one that runs."""
+    from walspark.storage import location
+
+    where = location(f"{home.rstrip('/')}/status/{slot}.json")
+    who = {"slot": slot, "pid": os.getpid(), "host": socket.gethostname()}
+
+    def write(status: PipelineStatus) -> None:
+        record = {**who, **dataclasses.asdict(status), "written_at": time.time()}
+        where.write_text(json.dumps(record, indent=1), durable=False, tmp_name=f".{slot}.json.tmp")
+
+    return write
+
+
+def read_status_files(home: str) -> list[dict[str, Any]]:
+    """The status files of the pipelines that keep their state in ``home`` (by slot), each with
+    ``running``: True or False where this host can tell (the writer's process on this host),
+    None where it cannot (another host)."""
+    from walspark.storage import location
+
+    out = []
+    for entry in sorted(location(f"{home.rstrip('/')}/status").list(), key=lambda e: e.name):
+        if not entry.name.endswith(".json") or entry.name.startswith("."):
+            continue
+        try:
+            record = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue  # being replaced: the next read has it
+        record["running"] = _running(record) if record.get("state") in ("starting", "snapshot", "streaming",
+                                                                          "stopping") else False  # fmt: skip
+        out.append(record)
+    return out
+
+
+def _running(record: dict[str, Any]) -> bool | None:
+    if record.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(record["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, TypeError, ValueError):
+        return None
+    return True

@@ -215,9 +215,7 @@ def _apply_table(
         txn = txn_app_id(app_id, schema, name, run_step(i))
         if part_arrow is not None and driver_merge.plain(part_facts, names) \
                 and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note):
-            engines.append("delta-rs")
-            if not part_facts.keys:
-                _say_keyless(tgt)
+            engines.append("delta-rs")  # (a run without a key comes here with inserts only: nothing dropped)
             continue
         engines.append("Spark")
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
@@ -236,8 +234,8 @@ def _apply_table(
 
 
 def _say_keyless(tgt: TargetTable) -> None:
-    """Warn that a table without a replica identity key is applied append-only: once per table
-    and process, not at every batch."""
+    """Warn that a table without a replica identity key had updates or deletes, which append-only
+    drops: once per table and process, not at every batch (inserts alone lose nothing: no word)."""
     if tgt.path not in _KEYLESS_WARNED:
         _KEYLESS_WARNED.add(tgt.path)
         log.warning("%s has no replica identity key: applied append-only (inserts appended, updates/deletes "
@@ -289,7 +287,8 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
 
             check_unchanged_known(tgt, source, facts.keys, names)  # never NULL for a value nobody knows
     else:
-        _say_keyless(tgt)
+        if facts.rows - facts.inserts - len(facts.truncates):  # updates or deletes to drop
+            _say_keyless(tgt)
         source = append_only(changes, names)
     merge_scd1(tgt, source, facts.keys, names, dropped, truncated=bool(facts.truncates))
 
