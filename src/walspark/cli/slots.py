@@ -174,7 +174,7 @@ def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: 
     import time
 
     from walspark.pipeline.progress import format_bytes, format_seconds
-    from walspark.pipeline.status import read_status_files
+    from walspark.pipeline.status import ACTIVE_PHASES, read_status_files
     from walspark.spark.snapshot.tablesync_state import SyncStore
     from walspark.storage import state_home
 
@@ -203,8 +203,8 @@ def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: 
         if n:
             click.echo("")
         running = {True: "running", False: "not running", None: "running elsewhere?"}[r["running"]]
-        state_line = f"{r['state']} ({running}: pid {r['pid']} on {r['host']})" if r["state"] in (
-            "starting", "snapshot", "streaming", "stopping") else r["state"]  # fmt: skip
+        state_line = f"{r['state']} ({running}: pid {r['pid']} on {r['host']})" if r["state"] in ACTIVE_PHASES \
+            else r["state"]
         behind = "-" if r.get("lag_seconds") is None else f"{format_seconds(r['lag_seconds'])} behind the source"
         if r.get("slot_lag_bytes") is not None:
             behind += f", slot lag {format_bytes(r['slot_lag_bytes'])}"

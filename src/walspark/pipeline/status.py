@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PHASES", "PipelineStatus", "RunSummary", "Tracker", "read_status_files", "status_writer"]
+__all__ = ["ACTIVE_PHASES", "PHASES", "PipelineStatus", "RunSummary", "Tracker", "read_status_files", "status_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ _RECENT_BATCHES = 64
 
 #: The phases a pipeline goes through, in order (``failed`` can follow any of them).
 PHASES = ("created", "starting", "snapshot", "streaming", "stopping", "stopped", "finished", "failed")
+#: The phases of a pipeline that is still running.
+ACTIVE_PHASES = ("starting", "snapshot", "streaming", "stopping")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ class PipelineStatus:
 
     @property
     def active(self) -> bool:
-        return self.state in ("starting", "snapshot", "streaming", "stopping")
+        return self.state in ACTIVE_PHASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +220,12 @@ class Tracker:
     def up_to_date(self, lag_bytes: int | None) -> None:
         """The stream found nothing new: no time behind the source, ``lag_bytes`` of WAL (if known)."""
         with self._lock:
+            changed = self._lag_seconds != 0.0 or (lag_bytes is not None and lag_bytes != self._lag)
             self._lag_seconds = 0.0
             if lag_bytes is not None:
                 self._lag = lag_bytes
-        self._maybe_publish()
+        if changed:  # an idle stream does not rewrite its status file at every idle event
+            self._maybe_publish()
 
     def status(self, tables_copying: tuple[str, ...] = ()) -> PipelineStatus:
         from walspark.protocol import format_lsn
@@ -278,8 +282,7 @@ def read_status_files(home: str) -> list[dict[str, Any]]:
             record = json.loads(entry.read_text())
         except (OSError, ValueError):
             continue  # being replaced: the next read has it
-        record["running"] = _running(record) if record.get("state") in ("starting", "snapshot", "streaming",
-                                                                          "stopping") else False  # fmt: skip
+        record["running"] = _running(record) if record.get("state") in ACTIVE_PHASES else False
         out.append(record)
     return out
 
