@@ -22,6 +22,11 @@ Like ``Trigger.AvailableNow``, it repeats until everything up to the server's po
 start is applied: the reader hands over what is staged while the stager reads on, so a backlog
 of thousands of transactions may take two or three batches.
 
+A checkpoint no query has used yet (the first run after the snapshot) is begun the same way: the
+driver writes the query id and an empty batch 0 ending at the slot's confirmed position, where
+the query's own batch 0 would have started and, with nothing staged, ended
+(:func:`begin_checkpoint`); the run's changes are then batch 1.
+
 Anything else — a schema change (the stager's barrier), batches larger than the sink merges
 from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target not on local disk, a
 checkpoint whose last batch is not committed — leaves the rest to the query, before the next
@@ -31,6 +36,7 @@ from the checkpoint's last batch. ``WALSPARK_DRIVER_BATCH=0`` turns this path of
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -48,7 +54,7 @@ if TYPE_CHECKING:
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
 
-__all__ = ["DRIVER_BATCH", "ArrowFrame", "apply_from_driver", "enabled"]
+__all__ = ["DRIVER_BATCH", "ArrowFrame", "apply_from_driver", "begin_checkpoint", "enabled"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,30 @@ def enabled(settings: RunSettings, found: Pending) -> bool:
     if not limit or min(settings.max_rows_per_batch or found.changes, found.changes) > limit:
         return False
     return all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging))
+
+
+def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bool:
+    """Begin the run's fresh checkpoint with an empty batch 0 ending at ``lsn`` (the slot's
+    confirmed position), as the query's first micro-batch would; False: leave it to the query
+    (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
+    from walspark.spark.datasource.offsets import start_checkpoint
+    from walspark.storage import location
+
+    if os.environ.get(DRIVER_BATCH, "1") == "0" or not location(settings.checkpoint).is_local:
+        return False
+    try:  # the offset log's metadata line as this session's query would write it
+        metadata = json.loads(spark._jvm.org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata
+                              .apply(0, int(time.time() * 1000), spark._jsparkSession.conf()).json())  # fmt: skip
+        conf = metadata["conf"]
+        for key in [k for k, v in conf.items() if v is None]:  # a setting left at its default: its value
+            conf[key] = spark.conf.get(key, None)
+            if conf[key] is None:
+                del conf[key]
+    except Exception as exc:  # noqa: BLE001 - the query writes its checkpoint itself
+        log.debug("checkpoint not begun from the driver: %s", exc)
+        return False
+    start_checkpoint(settings.checkpoint, lsn, json.dumps(metadata, separators=(",", ":")))
+    return True
 
 
 def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, source: Any, schema: Any,

@@ -13,7 +13,10 @@ yet when all of these hold; any doubt (an error, a message of two-phase commit o
 message, a long peek) answers None and the query runs as before:
 
 * the checkpoint's commit log has a last batch, and no staged transaction, schema barrier or
-  prepared transaction lies beyond its end;
+  prepared transaction lies beyond its end — or no query has used the checkpoint yet (the first
+  run after the snapshot) and nothing is staged: the lake then starts where the query would, at
+  the slot's confirmed position (:attr:`Pending.first_batch_end`, batch 0 of the checkpoint, which
+  the run writes before it applies anything: :func:`~walspark.spark.datasource.offsets.start_checkpoint`);
 * no table is being copied or handed off by the table sync;
 * a peek of the slot up to the server's current position (``pg_logical_slot_peek_binary_changes``,
   bounded to :data:`PEEK_ROWS` rows) finds only whole transactions of relations, types and row
@@ -60,6 +63,8 @@ class Pending:
     #: transactions that commit after the checkpoint's last batch, and their row changes
     transactions: int
     changes: int
+    #: a checkpoint no query has used yet: where its (empty) batch 0 ends, the slot's confirmed position
+    first_batch_end: int | None = None
 
 
 def pending(settings: RunSettings, sync: Any) -> Pending | None:
@@ -76,19 +81,20 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     from walspark.source.names import publication_names_value
     from walspark.source.publications import publication_list
     from walspark.source.sqlinterface import slot_changes
-    from walspark.spark.datasource.offsets import last_committed_end
+    from walspark.spark.datasource.offsets import is_fresh, last_committed_end
     from walspark.spark.datasource.segments import list_segments
     from walspark.spark.datasource.shapes import read_barrier
     from walspark.storage import location
 
     end = last_committed_end(settings.checkpoint)
-    if end is None:
+    fresh = end is None and is_fresh(settings.checkpoint)
+    if end is None and not fresh:
         return None
     staging = location(settings.staging)
     barrier = read_barrier(staging)
-    if barrier is not None and barrier.end_lsn > end:
+    if barrier is not None and (fresh or barrier.end_lsn > end):
         return None
-    if any(seg.last_end > end for seg in list_segments(staging / "segments")):
+    if any(fresh or seg.last_end > end for seg in list_segments(staging / "segments")):
         return None
     if any(entry.name != "since.json" for entry in (staging / "prepared").list()):
         return None
@@ -96,11 +102,14 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
         return None
     options = {"proto_version": "1", "publication_names": publication_names_value(publication_list(settings.publication))}
     with connect_sql(settings.dsn) as conn:
-        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_replication_slots "
-                           "WHERE slot_name = %s", (settings.slot,)).fetchone()  # fmt: skip
-        if row is None:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, coalesce(confirmed_flush_lsn, restart_lsn)"
+                           " - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                           (settings.slot,)).fetchone()  # fmt: skip
+        if row is None or (fresh and row[1] is None):
             return None
         now = int(row[0])
+        if fresh:  # where a query's initialOffset would start (stream_reader.PgoutputStreamReader)
+            end = int(row[1])
         rows = transactions = changes = 0
         inside = new = False
         for _, data in slot_changes(conn, settings.slot, options, upto_lsn=now, upto_nchanges=PEEK_ROWS):
@@ -119,7 +128,7 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
                 changes += new and kind in _CHANGES
         if rows >= PEEK_ROWS or inside:
             return None
-    return Pending(now, transactions, changes)
+    return Pending(now, transactions, changes, end if fresh else None)
 
 
 def confirm_idle(settings: RunSettings, lsn: int) -> None:

@@ -146,13 +146,15 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
     slot confirmed), or a few plain transactions (applied from the driver as the next batch,
     :mod:`walspark.pipeline.driver_batch`); then the catalog followed and maintenance as a drained
     query would. True if so: the run starts no query."""
-    from walspark.pipeline.driver_batch import apply_from_driver, enabled
+    from walspark.pipeline.driver_batch import apply_from_driver, begin_checkpoint, enabled
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
 
     found = pending(settings, sync)
     if found is None or (found.transactions and not enabled(settings, found)):
+        return False
+    if found.first_batch_end is not None and not begin_checkpoint(spark, settings, found.first_batch_end):
         return False
     source = PgoutputDataSource(options)
     schema = source.schema()  # the query's own schema, computed here in-process

@@ -20,7 +20,8 @@ from pathlib import Path
 from walspark.protocol import format_lsn, parse_lsn
 from walspark.storage import Location, location
 
-__all__ = ["CommittedBatch", "TxnEntry", "from_offset", "last_batch", "last_committed_end", "plan_end", "to_offset"]
+__all__ = ["CommittedBatch", "TxnEntry", "from_offset", "is_fresh", "last_batch", "last_committed_end", "plan_end",
+           "start_checkpoint", "to_offset"]
 
 
 def to_offset(lsn: int) -> dict[str, str]:
@@ -141,6 +142,33 @@ class CommittedBatch:
     def commit_next(self) -> None:
         """Write batch ``batch_id + 1`` to the commit log: its sink returned, the next query starts after it."""
         _write_entry(self.checkpoint / "commits", self.batch_id + 1, self.commit_entry)
+
+
+def is_fresh(checkpoint: str | Path | Location) -> bool:
+    """Whether no query has used this checkpoint yet: no query id, no batch planned or committed."""
+    root = location(checkpoint)
+    return not (root / "metadata").exists() and not _batch_ids(root / "offsets") and not _batch_ids(root / "commits")
+
+
+def start_checkpoint(checkpoint: str | Path | Location, lsn: int, metadata: str) -> CommittedBatch:
+    """Begin a fresh checkpoint (:func:`is_fresh`) as a query's first micro-batch would, with an
+    empty batch 0 ending at ``lsn``: the query id, the offset log's entry, the commit log's.
+
+    ``lsn`` must be where the query's ``initialOffset`` would start (the slot's confirmed
+    position): a query's batch 0 reads from there too, so the next batch, whoever runs it, reads
+    what comes after. ``metadata`` is the offset log's metadata line as the session writes it
+    (``OffsetSeqMetadata``, with the SQL settings a restarted query keeps). Used by a ``--once``
+    run that applies its first changes from the driver (:mod:`walspark.pipeline.driver_batch`).
+    """
+    import uuid
+
+    root = location(checkpoint)
+    (root / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")),
+                                   tmp_name=".metadata.walspark.tmp")  # fmt: skip
+    _write_entry(root / "offsets", 0, f"v1\n{metadata}\n{json.dumps(to_offset(lsn))}")
+    commit = 'v1\n{"nextBatchWatermarkMs":0}'
+    _write_entry(root / "commits", 0, commit)
+    return CommittedBatch(root, 0, lsn, metadata, commit)
 
 
 def _write_entry(log: Location, batch_id: int, text: str) -> None:
