@@ -77,7 +77,10 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
     target = str(tmp_path / "lake")
     lines: list[str] = []
     pipeline = _pipeline(spark, pg18_dsn, target).on_progress(lines.append)
-    pipeline.run_once()
+    first = pipeline.run_once()  # the snapshot: the checkpoint is begun from the driver, at the slot's position
+    assert first.query_starts == 0, first
+    checkpoint = tmp_path / "lake" / "_walspark" / "checkpoints" / "shop_slot"
+    assert (checkpoint / "commits" / "0").is_file() and (checkpoint / "metadata").is_file()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO orders VALUES (500, 5, 'before the idle run')")
         driver = pipeline.run_once()
@@ -112,9 +115,8 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
         query = pipeline.run_once()
         assert query.query_starts == 1 and query.rows == 5, query
         assert_matches_publication(conn, spark, target, "shop", context="after a query following driver batches")
-    checkpoint = tmp_path / "lake" / "_walspark" / "checkpoints" / "shop_slot"
     ids = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    assert ids == list(range(ids[0], ids[-1] + 1)) and ids[-1] >= 3, ids  # one numbering, no gap
+    assert ids == list(range(ids[-1] + 1)) and ids[-1] >= 4, ids  # one numbering from batch 0, no gap
     notes = [(table, json.loads(meta)["batch_id"]) for table in ("orders", "customers")
              for (meta,) in spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/{table}`").select("userMetadata")
              .collect() if meta and "batch_id" in json.loads(meta)]  # fmt: skip

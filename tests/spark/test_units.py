@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from walspark.spark.datasource.offsets import TxnEntry, from_offset, plan_end, to_offset
+from walspark.spark.datasource.offsets import (
+    TxnEntry,
+    from_offset,
+    is_fresh,
+    last_batch,
+    last_committed_end,
+    plan_end,
+    start_checkpoint,
+    to_offset,
+)
 from walspark.spark.datasource.options import OptionsError, SourceOptions
 from walspark.spark.datasource.schema import parse_table_name
 from walspark.spark.datasource.segments import (
@@ -37,6 +46,27 @@ def test_plan_end_takes_whole_transactions_within_the_limit_and_at_least_one():
     assert plan_end(entries, 0, max_bytes=1500) == 10
     assert plan_end(entries, 0, target=25) == 20  # Trigger.AvailableNow
     assert plan_end(entries, 15, max_rows=1000, target=35) == 30
+
+
+def test_a_checkpoint_begun_from_the_driver_reads_as_a_query_left_it(tmp_path: Path):
+    """Batch 0, empty, ending at the slot's position; the driver's next batch follows it as batch 1."""
+    checkpoint = tmp_path / "checkpoint"
+    assert is_fresh(checkpoint)
+    metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"spark.sql.shuffle.partitions":"8"}}'
+    start_checkpoint(checkpoint, 0x1_0000_00A0, metadata)
+    assert not is_fresh(checkpoint)
+    assert (checkpoint / "offsets" / "0").read_text() == f'v1\n{metadata}\n{{"lsn": "1/A0"}}'
+    assert (checkpoint / "commits" / "0").read_text() == 'v1\n{"nextBatchWatermarkMs":0}'
+    assert last_committed_end(checkpoint) == 0x1_0000_00A0
+    first = last_batch(checkpoint)
+    assert first is not None and (first.batch_id, first.end) == (0, 0x1_0000_00A0)
+    assert first.log_next(0x1_0000_00B0) == 1
+    first.commit_next()
+    assert last_committed_end(checkpoint) == 0x1_0000_00B0
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "metadata").write_text('{"id":"x"}')
+    assert not is_fresh(used)  # a query started here once (and stopped before its batch 0): not begun again
 
 
 def _builder(ends: list[int]) -> SegmentBuilder:
