@@ -453,6 +453,37 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
     assert_equal(spark, src, str(tmp_path / "driver"), "public.items", ("doc",))
 
 
+def test_a_dropped_column_leaves_the_batches_on_the_driver(source_factory, spark, tmp_path, monkeypatch):
+    """After DROP COLUMN the Delta table keeps the column (NULL in every row written since, its
+    values in the others); the table's batches stay on the driver (delta-rs commits: an update,
+    an insert, a delete; then inserts alone, an append) and equal Spark's MERGE of the same."""
+    from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
+
+    src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v text, w int DEFAULT 7)")
+    src.sql("INSERT INTO t (id, v) SELECT g, 'a' FROM generate_series(1, 4) g")
+    batches = [src.drain()]
+    src.sql("ALTER TABLE t DROP COLUMN w", "UPDATE t SET v = 'b' WHERE id = 1", "INSERT INTO t VALUES (5, 'c')",
+            "DELETE FROM t WHERE id = 2")  # fmt: skip
+    batches.append(src.drain())
+    src.sql("INSERT INTO t VALUES (6, 'd')")
+    batches.append(src.drain())
+    for way, limit in (("driver", "10000"), ("spark", "0")):
+        monkeypatch.setenv(DRIVER_MERGE_ROWS, limit)
+        sink = ApplyChanges(str(tmp_path / way)).app_id("q")
+        for batch_id, dfs in enumerate(batches):
+            for df in dfs:
+                sink.foreach_batch(df, batch_id)
+            sink.flush()
+    tables = {way: str(tmp_path / way / "public" / "t") for way in ("driver", "spark")}
+    want = [(1, "b", None), (3, "a", 7), (4, "a", 7), (5, "c", None), (6, "d", None)]
+    for way, path in tables.items():
+        got = sorted(tuple(r) for r in spark.read.format("delta").load(path).select("id", "v", "w").collect())
+        assert got == want, (way, got)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{tables['driver']}`").where("userMetadata LIKE '%batch_id%'")
+    engines = [r.engineInfo.startswith("delta-rs") for r in history.orderBy("version").collect()]
+    assert engines[-2:] == [True, True], engines
+
+
 def test_replayed_batch_changes_nothing(source_factory, spark, tmp_path):
     src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v int)")
     target = str(tmp_path / "lake")

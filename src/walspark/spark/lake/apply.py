@@ -202,7 +202,7 @@ def _apply_table(
     # a plain run of a batch on the driver is applied from there (.driver_merge), the others
     # through Spark. Both paths split the batch into the same runs, with the same transaction ids.
     runs: list[tuple[Callable[[], DataFrame], BatchFacts, pa.Table | None]]
-    if arrow is not None and mode == "scd1" and rows is given and not dropped and not columnless:
+    if arrow is not None and mode == "scd1" and rows is given and not columnless:
         split = arrow_identity_runs(arrow, facts)
         starts = [start for start, _, _ in split]
         runs = [(lambda i=i: run_rows(rows.frame(), starts, i), part_facts, part)

@@ -7,9 +7,10 @@ every table of the batch (:func:`collect_small`), and delta-rs merges it into th
 commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta table.
 
 What goes this way (:func:`plain`): the SCD1 batches whose MERGE is the plain one — a replica
-identity key, no key change leaving a TOAST value unchanged, no column to add, drop or rename;
+identity key, no key change leaving a TOAST value unchanged, no change still named as before a rename;
 after a TRUNCATE, the changes that follow it, with the target's other rows deleted in the same
-MERGE, as Spark's; the batches of a table matched on whole rows (REPLICA IDENTITY FULL), as
+MERGE, as Spark's; a table's columns dropped in PostgreSQL set to NULL in the rows the batch
+writes, as Spark's; the batches of a table matched on whole rows (REPLICA IDENTITY FULL), as
 net counts per row value (:func:`multiset_counts`, the target's count of a value that lost rows
 read from its Parquet files); and the batches of only inserts, whatever the table's identity (a
 key, FULL or none: an append, as :func:`.writes.append_inserts` and the append-only path make
@@ -292,7 +293,8 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         done = table.transaction_version(app_id)
         types = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
         applied = done is not None and done >= version
-        if applied or set(types) != set(names):
+        dropped = [n for n in types if n not in names]  # dropped in PostgreSQL: NULL from then on, as Spark's
+        if applied or not set(names) <= set(types) or (dropped and _multiset(facts, names)):
             _keep(local, identity, table)
             return applied
     except Exception as exc:  # noqa: BLE001 - Spark answers whatever delta-rs cannot
@@ -302,7 +304,10 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
     try:
         if _appends(facts):  # only inserts: an append (see .writes.append_inserts)
             columns = list(types)  # the table's order
-            inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(columns)
+            inserts = rows.filter(pc.equal(rows.column("_op"), "I")).select(list(names))
+            for n in dropped:
+                inserts = inserts.append_column(n, pa.nulls(inserts.num_rows, types[n]))
+            inserts = inserts.select(columns)
             write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
             _keep(local, identity, table)  # it catches up on this commit at its next use
@@ -327,7 +332,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             return False  # Spark's path stops the table, naming the key (.unchanged)
         columns = {_quote(n): f"s.{_quote(n)}" for n in names}
         update = columns | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
-                            for i, n in kept.items()}  # fmt: skip
+                            for i, n in kept.items()} | {_quote(n): "NULL" for n in dropped}  # fmt: skip
         on = " AND ".join(f"t.{_quote(k)} = s.{_quote(key_column(i))}" for i, k in enumerate(facts.keys))
         op = f"s.{_quote(_P + 'op')}"
         merge = (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
