@@ -27,7 +27,13 @@ driver writes the query id and an empty batch 0 ending at the slot's confirmed p
 the query's own batch 0 would have started and, with nothing staged, ended
 (:func:`begin_checkpoint`); the run's changes are then batch 1.
 
-Anything else — a schema change (the stager's barrier), batches larger than the sink merges
+A schema change (the stager's barrier: a change whose shape the declared schema cannot hold) is
+taken as the query's restart takes it: the batches before it are applied, the reader stops, and
+the caller declares the new shape and reads on (:data:`BARRIER`); :func:`skip_query
+<walspark.pipeline.queries.skip_query>` does so with the same checks (a restart that stops at
+the same transaction again is stuck) and the same bound as the query's restarts.
+
+Anything else — batches larger than the sink merges
 from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target not on local disk, a
 checkpoint whose last batch is not committed — leaves the rest to the query, before the next
 batch is written: staged segments are kept and served to the query's own stager, which goes on
@@ -42,7 +48,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from walspark.pipeline.settings import RunSettings
 
@@ -54,12 +60,21 @@ if TYPE_CHECKING:
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
 
-__all__ = ["DRIVER_BATCH", "ArrowFrame", "apply_from_driver", "begin_checkpoint", "enabled"]
+__all__ = ["APPLIED", "BARRIER", "DRIVER_BATCH", "QUERY", "ArrowFrame", "Outcome", "apply_from_driver",
+           "begin_checkpoint", "enabled"]
 
 log = logging.getLogger(__name__)
 
 #: Environment variable: ``0`` makes every ``--once`` run with pending changes start the query.
 DRIVER_BATCH = "WALSPARK_DRIVER_BATCH"
+
+
+#: What :func:`apply_from_driver` left: everything applied; a schema change ahead (the batches
+#: before it applied: declare the new shape and read on); the rest is the query's.
+Outcome = Literal["applied", "barrier", "query"]
+APPLIED: Outcome = "applied"
+BARRIER: Outcome = "barrier"
+QUERY: Outcome = "query"
 
 
 def enabled(settings: RunSettings, found: Pending) -> bool:
@@ -101,21 +116,22 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
 
 
 def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, source: Any, schema: Any,
-                      tracker: Tracker, report: Callable[..., None]) -> bool:  # fmt: skip
+                      tracker: Tracker, report: Callable[..., None]) -> Outcome:  # fmt: skip
     """Apply what is pending from the driver as the query's next batches (see the module docstring),
     once :func:`enabled` said so: ``source`` is the run's ``PgoutputDataSource``, ``schema`` the
     schema the query would declare (the tables already follow it).
 
-    Returns True when everything up to the server's position is applied; False when the query
-    should run for the rest (a schema change ahead), or instead (nothing written then but staged
-    segments). ``report(batch_id, rows, seconds, end, note)`` prints a batch's line
-    (:meth:`walspark.pipeline.progress.StreamProgress.report`).
+    Returns :data:`APPLIED` when everything up to the server's position is applied;
+    :data:`BARRIER` when a schema change stopped the reader after the batches before it (the
+    caller declares the new shape and calls again); :data:`QUERY` when the query should run
+    instead, or for the rest (nothing written then but staged segments). ``report(batch_id, rows,
+    seconds, end, note)`` prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
     """
     from walspark.spark.datasource.offsets import last_batch
 
     last = last_batch(settings.checkpoint)
     if last is None:
-        return False
+        return QUERY
     reader = source.streamReader(schema)
     try:
         reader.prepareForTriggerAvailableNow()
@@ -124,7 +140,9 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
             began = time.monotonic()
             done = _next_batch(spark, reader, schema, sink, last, tracker)
             if done is None:
-                return applied > 0 and reader.schema_barrier() is None
+                if reader.schema_barrier() is not None:
+                    return BARRIER
+                return APPLIED if applied else QUERY
             last, rows = done
             applied += 1
             report(last.batch_id, rows, time.monotonic() - began, last.end_text, "; no query started")
@@ -147,8 +165,8 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
         end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
     except SchemaChangedError:
         return None
-    if end <= last.end or reader.schema_barrier() is not None:
-        return None  # the query's restarts take a schema change (staging stops before it)
+    if end <= last.end:
+        return None  # everything up to the target applied, or a schema change next (staging stops before it)
     batch_id = last.log_next(end)
     crash_point("driver-batch-logged")
     table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],

@@ -143,12 +143,14 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
 def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
                schedule: Any, say: Callable[[str], None], tracker: Tracker, progress: StreamProgress) -> bool:  # fmt: skip
     """A ``--once`` run that needs no query (:mod:`walspark.pipeline.idle`): nothing pending (the
-    slot confirmed), or a few plain transactions (applied from the driver as the next batch,
-    :mod:`walspark.pipeline.driver_batch`); then the catalog followed and maintenance as a drained
-    query would. True if so: the run starts no query."""
-    from walspark.pipeline.driver_batch import apply_from_driver, begin_checkpoint, enabled
+    slot confirmed), or a few plain transactions (applied from the driver as the next batches,
+    :mod:`walspark.pipeline.driver_batch`, past schema changes as the query's restarts get past
+    them); then the catalog followed and maintenance as a drained query would. True if so: the
+    run starts no query."""
+    from walspark.pipeline.driver_batch import APPLIED, BARRIER, apply_from_driver, begin_checkpoint, enabled
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
+    from walspark.spark.datasource.shapes import read_barrier
     from walspark.spark.datasource.source import PgoutputDataSource
 
     found = pending(settings, sync)
@@ -165,7 +167,18 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
         if tracker.state in ("starting", "snapshot"):
             tracker.phase("streaming")
         follow_catalog(spark, sink, schema, sync.published())  # as before a query
-        if not apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report):
+        barrier, restarts = read_barrier(settings.staging), 0
+        while (outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report)) == BARRIER:
+            restarts += 1  # a schema change: declared and followed as a query's restart does
+            if restarts > MAX_SCHEMA_RESTARTS:
+                return False
+            barrier = check_progress(settings, barrier)
+            say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): reading on with the "
+                "new shape")
+            source = PgoutputDataSource(options)
+            schema = source.schema()
+            follow_catalog(spark, sink, schema, sync.published())
+        if outcome != APPLIED:
             return False
     follow_catalog(spark, sink, schema, sync.published(), drained=True)
     maintain_if_due(spark, settings, schedule, say)
