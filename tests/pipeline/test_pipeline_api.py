@@ -137,13 +137,18 @@ def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
             status = handle.status()
             assert status.active and status.batches >= 1 and status.last_batch_id is not None, status
             assert status.slot_position is not None, status
+            last = handle.last_progress  # and Structured Streaming's names for the same
+            assert last is not None and handle.lastProgress["batchId"] == last.batch_id, handle.recentProgress
+            assert sum(p["numInputRows"] for p in handle.recentProgress) == status.rows, handle.recentProgress
+            assert handle.isActive and handle.query is not None and handle.query.isActive
             assert_matches_publication(conn, spark, target, "shop", context="while streaming")
     finally:
         started = time.monotonic()
         assert handle.stop(timeout=120)
     assert time.monotonic() - started < 60, "stop took too long"
     assert not handle.is_active and handle.status().state == "stopped"
-    assert handle.await_termination(0) is True
+    assert handle.await_termination(0) is True and handle.awaitTermination(0) is True
+    assert handle.query is None and not handle.isActive
     assert not [q for q in spark.streams.active if q.name == "walspark-run-shop_slot"]
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("UPDATE orders SET qty = 99 WHERE id > 250")

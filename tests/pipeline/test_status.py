@@ -50,3 +50,19 @@ def test_a_target_without_a_pipeline_is_one_line(tmp_path) -> None:
     assert "no pipeline status under" in out.output and "no `walspark run` has written" in out.output, out.output
     usage = CliRunner().invoke(cli, ["status"], env={"WALSPARK_DSN": ""})
     assert usage.exit_code == 2 and "--target for a pipeline" in usage.output, usage.output
+
+
+def test_recent_progress_keeps_the_last_batches_with_structured_streaming_keys() -> None:
+    tracker = Tracker()
+    assert tracker.recent_progress() == ()
+    for batch_id in range(70):
+        rows = [SimpleNamespace(schema="public", table=t, rows=batch_id, commit_lsn=0x1_0000_0000 + batch_id,
+                                commit_time_us=int(time.time() * 1e6), skipped=False) for t in ("a", "b")]
+        held = SimpleNamespace(schema="public", table="c", rows=7, commit_lsn=None, skipped=True)  # a table being copied
+        tracker.batch_applied(batch_id, [*rows, held])
+    recent = tracker.recent_progress()
+    assert [p.batch_id for p in recent] == list(range(6, 70))  # the last 64, oldest first
+    last = recent[-1].as_dict()
+    assert last["batchId"] == 69 and last["numInputRows"] == 138 and last["rowsByTable"] == {"public.a": 69, "public.b": 69}
+    assert last["commitLsn"] == "1/45" and 0 <= last["lagSeconds"] < 60
+    assert last["timestamp"].endswith("+00:00") and last["timestamp"][:4].isdigit()

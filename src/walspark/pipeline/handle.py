@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from walspark.pipeline.runner import run_pipeline
 from walspark.pipeline.settings import RunSettings
-from walspark.pipeline.status import PipelineStatus, RunSummary, Tracker
+from walspark.pipeline.status import BatchProgress, PipelineStatus, RunSummary, Tracker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["PipelineHandle", "error_line", "run_tracked"]
 
@@ -53,11 +54,15 @@ class PipelineHandle:
 
     Returned by :meth:`walspark.Pipeline.start`; the streaming query runs until stopped (or
     until it fails). Safe to call from any thread, including a signal handler (:meth:`stop`
-    with ``wait=False``).
+    with ``wait=False``). A Structured Streaming user's names work too: ``isActive``,
+    ``awaitTermination``, ``lastProgress`` and ``recentProgress`` (dicts with ``batchId``,
+    ``numInputRows`` and ``timestamp``); :attr:`query` is the Spark query underneath while one
+    runs (a schema change restarts it under the same name).
     """
 
     def __init__(self, spark: SparkSession, settings: RunSettings, say: Callable[[str], None]) -> None:
         self.settings = settings
+        self._spark = spark
         self._tracker = Tracker()
         self._tracker.phase("starting")
         self._error: BaseException | None = None
@@ -82,6 +87,40 @@ class PipelineHandle:
     @property
     def is_active(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def last_progress(self) -> BatchProgress | None:
+        """The last micro-batch applied (None before the first)."""
+        recent = self._tracker.recent_progress()
+        return recent[-1] if recent else None
+
+    @property
+    def recent_progress(self) -> tuple[BatchProgress, ...]:
+        """The last micro-batches applied (up to 64), oldest first."""
+        return self._tracker.recent_progress()
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The pipeline's Spark streaming query while it runs (named :attr:`RunSettings.query_name
+        <walspark.pipeline.settings.RunSettings.query_name>`, one per slot), else None."""
+        return next((q for q in self._spark.streams.active if q.name == self.settings.query_name), None)
+
+    # Structured Streaming's names (StreamingQuery), for users who reach for them
+    @property
+    def isActive(self) -> bool:  # noqa: N802
+        return self.is_active
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:  # noqa: N802
+        last = self.last_progress
+        return None if last is None else last.as_dict()
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:  # noqa: N802
+        return [p.as_dict() for p in self.recent_progress]
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:  # noqa: N802
+        return self.await_termination(timeout)
 
     @property
     def exception(self) -> BaseException | None:

@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ACTIVE_PHASES", "PHASES", "PipelineStatus", "RunSummary", "Tracker", "read_status_files", "status_writer"]
+__all__ = ["ACTIVE_PHASES", "PHASES", "BatchProgress", "PipelineStatus", "RunSummary", "Tracker", "read_status_files",
+           "status_writer"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,32 @@ _RECENT_BATCHES = 64
 PHASES = ("created", "starting", "snapshot", "streaming", "stopping", "stopped", "finished", "failed")
 #: The phases of a pipeline that is still running.
 ACTIVE_PHASES = ("starting", "snapshot", "streaming", "stopping")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """One applied micro-batch, as :attr:`PipelineHandle.last_progress
+    <walspark.pipeline.handle.PipelineHandle.last_progress>` reports it."""
+
+    batch_id: int
+    #: change rows applied (rows held for a table being copied are not counted)
+    rows: int
+    rows_by_table: dict[str, int]
+    #: when the sink finished the batch (seconds since the Unix epoch)
+    timestamp: float
+    #: the highest commit LSN the batch applied, if any ("X/Y")
+    commit_lsn: str | None
+    #: how far the batch's newest change lagged its commit in PostgreSQL, in seconds
+    lag_seconds: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The keys a Structured Streaming progress uses where they mean the same (``batchId``,
+        ``numInputRows``, ``timestamp`` in ISO 8601), and walspark's own."""
+        from datetime import datetime, timezone
+
+        return {"batchId": self.batch_id, "numInputRows": self.rows,
+                "timestamp": datetime.fromtimestamp(self.timestamp, timezone.utc).isoformat(timespec="milliseconds"),
+                "rowsByTable": dict(self.rows_by_table), "commitLsn": self.commit_lsn, "lagSeconds": self.lag_seconds}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +126,7 @@ class Tracker:
         self._batches = 0
         self._rows = 0
         self._recent: dict[int, int] = {}  # batch id → change rows the sink took (applied, or held for a copy)
+        self._progress: list[BatchProgress] = []  # the last _RECENT_BATCHES batches applied
         self._recent_times: dict[int, int] = {}  # batch id → its latest commit time applied (µs since the epoch)
         self._lag_seconds: float | None = None
         self._by_table: dict[str, int] = {}
@@ -169,6 +197,8 @@ class Tracker:
 
     def batch_applied(self, batch_id: int, results: Any) -> None:
         """Count a batch the sink applied; ``results``: its :class:`ApplyResult` list (or None)."""
+        from walspark.protocol import format_lsn
+
         rows = held = 0
         position = latest = None
         by_table: dict[str, int] = {}
@@ -200,7 +230,16 @@ class Tracker:
             if position is not None:
                 self._position = max(self._position or 0, position)
             self._updated = self._last_batch_at = now
+            self._progress.append(BatchProgress(batch_id, rows, by_table, now,
+                                                None if position is None else format_lsn(position),
+                                                None if latest is None else self._lag_seconds))  # fmt: skip
+            del self._progress[:-_RECENT_BATCHES]
         self._maybe_publish()
+
+    def recent_progress(self) -> tuple[BatchProgress, ...]:
+        """The last batches applied (up to 64), oldest first."""
+        with self._lock:
+            return tuple(self._progress)
 
     def rows_of(self, batch_id: int) -> int | None:
         """The change rows the sink took in a recent batch (applied, or held while its table is
