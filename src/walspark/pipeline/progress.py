@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -52,6 +53,8 @@ class StreamProgress:
         self.heartbeat_seconds = heartbeat_seconds
         self.since = datetime.now(UTC)
         self._query_ids: set[str] = set()
+        self._reported: set[int] = set()  # batch ids whose line was said (by the listener or catch_up)
+        self._lock = threading.Lock()
         self._last_line = self._last_change = time.monotonic()
         progress = self
 
@@ -73,6 +76,10 @@ class StreamProgress:
     def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
         if not self.ours(progress):
             return
+        with self._lock:
+            if progress.batchId in self._reported:
+                return
+            self._reported.add(progress.batchId)
         end = None
         try:
             end = json.loads(progress.sources[0].endOffset)["lsn"]
@@ -87,6 +94,22 @@ class StreamProgress:
         taken = self.tracker.rows_of(progress.batchId) if self.tracker is not None else None
         rows = progress.numInputRows if taken is None else taken
         self.report(progress.batchId, rows, progress.batchDuration / 1000.0, end)
+
+    def catch_up(self, query) -> None:  # type: ignore[no-untyped-def]
+        """Say the lines of the ended ``query``'s batches that the listener has not said yet.
+
+        Spark posts progress events to listeners asynchronously: the last batch's event may come
+        after the query ended and the run returned (or the process exited), and its line would be
+        lost or said in the next run's output. The query's own recent progress is complete when
+        it ends; a line said here is not said again when the event comes.
+        """
+        try:
+            recent = list(query.recentProgress)
+        except Exception:  # noqa: BLE001 - a progress line must never fail the run
+            log.debug("could not read the query's recent progress", exc_info=True)
+            return
+        for progress in recent:
+            self.batch(progress)
 
     def report(self, batch_id: int, rows: int, seconds: float, end_lsn: str | None, note: str = "") -> None:
         """The line of a batch that applied ``rows`` change rows in ``seconds``, ending at ``end_lsn``

@@ -113,6 +113,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                 if not settings.once:  # a --once run maintains after its batches, below
                     maintain_if_due(spark, settings, schedule, say)
         except StreamingQueryException as exc:
+            progress.catch_up(query)
             if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
                 barrier = check_progress(settings, barrier)
                 say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): restarting the "
@@ -133,6 +134,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             return starts
         finally:
             settings.stop.deferred = False
+        progress.catch_up(query)  # the last batches' lines, whose listener events may come later
         if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
             follow_catalog(spark, sink, changes.schema, sync.published(), drained=True)
             maintain_if_due(spark, settings, schedule, say)
