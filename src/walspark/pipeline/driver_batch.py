@@ -77,13 +77,17 @@ BARRIER: Outcome = "barrier"
 QUERY: Outcome = "query"
 
 
+def _turned_off() -> bool:
+    return os.environ.get(DRIVER_BATCH, "1") == "0"
+
+
 def enabled(settings: RunSettings, found: Pending) -> bool:
     """Whether the pending changes may be applied from the driver (before anything is staged):
     its batches must be ones the sink merges from the driver too (``WALSPARK_DRIVER_MERGE_ROWS``)."""
     from walspark.spark.lake.driver_merge import row_limit
     from walspark.storage import location
 
-    if os.environ.get(DRIVER_BATCH, "1") == "0" or not found.transactions:
+    if _turned_off() or not found.transactions:
         return False
     limit = row_limit()
     if not limit or min(settings.max_rows_per_batch or found.changes, found.changes) > limit:
@@ -98,7 +102,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     from walspark.spark.datasource.offsets import start_checkpoint
     from walspark.storage import location
 
-    if os.environ.get(DRIVER_BATCH, "1") == "0" or not location(settings.checkpoint).is_local:
+    if _turned_off() or not location(settings.checkpoint).is_local:
         return False
     try:  # the offset log's metadata line as this session's query would write it
         metadata = json.loads(spark._jvm.org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata

@@ -53,7 +53,7 @@ class StreamProgress:
         self.heartbeat_seconds = heartbeat_seconds
         self.since = datetime.now(UTC)
         self._query_ids: set[str] = set()
-        self._reported: set[int] = set()  # batch ids whose line was said (by the listener or catch_up)
+        self._said_through = -1  # the last batch id whose line was said (by the listener or catch_up)
         self._lock = threading.Lock()
         self._last_line = self._last_change = time.monotonic()
         progress = self
@@ -76,10 +76,10 @@ class StreamProgress:
     def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
         if not self.ours(progress):
             return
-        with self._lock:
-            if progress.batchId in self._reported:
+        with self._lock:  # batches come in order (the listener's events, then the query's recent ones)
+            if progress.batchId <= self._said_through:
                 return
-            self._reported.add(progress.batchId)
+            self._said_through = progress.batchId
         end = None
         try:
             end = json.loads(progress.sources[0].endOffset)["lsn"]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_BACKOFF", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
-           "maintain_if_due", "run_queries", "skip_query", "stop_between_batches"]  # fmt: skip
+           "maintain_if_due", "past_barrier", "run_queries", "skip_query", "stop_between_batches"]  # fmt: skip
 
 #: Restarts after schema changes before a run gives up. Each restart passes at least one
 #: transaction (else the run stops at once, see :class:`SchemaStuckError`), so this only bounds a
@@ -115,9 +115,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         except StreamingQueryException as exc:
             progress.catch_up(query)
             if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
-                barrier = check_progress(settings, barrier)
-                say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): restarting the "
-                    "query with the new shape")
+                barrier = past_barrier(settings, barrier, say, "restarting the query")
                 continue
             if any(failure in str(exc) for failure in _WORKER_START_FAILURES):
                 worker_failures = 1 if tracker.batches > applied else worker_failures + 1
@@ -174,9 +172,7 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
             restarts += 1  # a schema change: declared and followed as a query's restart does
             if restarts > MAX_SCHEMA_RESTARTS:
                 return False
-            barrier = check_progress(settings, barrier)
-            say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): reading on with the "
-                "new shape")
+            barrier = past_barrier(settings, barrier, say, "reading on")
             source = PgoutputDataSource(options)
             schema = source.schema()
             follow_catalog(spark, sink, schema, sync.published())
@@ -230,6 +226,14 @@ def follow_catalog(spark: SparkSession, sink: Any, schema: Any, tables: Any, dra
     declared = OutputLayout.from_schema(schema, None).tables
     sink.follow_catalog(spark, [(s, t, declared[f"{s}.{t}"]) for s, t in tables if f"{s}.{t}" in declared],
                         drained=drained)  # fmt: skip
+
+
+def past_barrier(settings: RunSettings, previous: Any, say: Callable[[str], None], how: str) -> Any:
+    """A schema change stopped the stream: check it is not where the last one stopped
+    (:func:`check_progress`), say so, and return it; ``how`` the run goes on ("restarting the query")."""
+    barrier = check_progress(settings, previous)
+    say(f"schema changed in the source ({barrier.line() if barrier else 'see the log'}): {how} with the new shape")
+    return barrier
 
 
 def check_progress(settings: RunSettings, previous: Any) -> Any:
