@@ -1,10 +1,14 @@
 """SIGKILL a ``--once`` run inside its driver batch: the restart replays it and the target still equals the source.
 
 A ``--once`` run that finds a few plain transactions applies them from the driver as the query's
-next micro-batch (:mod:`walspark.pipeline.driver_batch`). That opens two windows of its own, each
-reached exactly by the test hook ``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process
-group there):
+next micro-batch (:mod:`walspark.pipeline.driver_batch`), and the first run begins the query's
+checkpoint the same way. That opens three windows of its own, each reached exactly by the test
+hook ``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process group there):
 
+- ``checkpoint-logged``: the snapshot's run wrote the new checkpoint's query id and an empty
+  batch 0 to the offset log, not to the commit log — the restart's query must replay batch 0 and
+  apply what was written since as batch 1 (a query id alone is what a query killed at its start
+  leaves; ``tests/spark/test_units.py`` reads both states);
 - ``driver-batch-logged``: batch N+1 is in the checkpoint's offset log, nothing is applied — the
   restart's query must replay N+1 with the same range, from the staged segments the dead run
   left (the slot is not confirmed past N);
@@ -12,8 +16,8 @@ group there):
   the replay must skip each table by Delta's transaction id N+1, never applying it twice.
 
 Each round writes a few transactions of every kind (inserts, updates of TOASTed and plain
-columns, deletes, a truncate), dies at its window, then ``walspark run --once`` (no hook) catches
-up: every Delta table equals ``SELECT *`` of its source and no (table, batch id) is applied twice.
+columns, deletes, a truncate), dies at its window (the first round: the snapshot's run dies, then
+the writes), then ``walspark run --once`` (no hook) catches up: every Delta table equals ``SELECT *`` of its source and no (table, batch id) is applied twice.
 (The hook firing shows the run took the driver's path; a query going on after driver batches,
 in one process: ``tests/pipeline/test_pipeline_api.py::test_a_run_with_nothing_or_little_to_apply_starts_no_query``.)
 """
@@ -44,7 +48,7 @@ def _write(dsn: str, round_: int) -> None:
         conn.execute("UPDATE shop.orders SET status = 'shipped' WHERE id %% 7 = %s", (round_ % 7,))
         conn.execute("UPDATE shop.orders SET note = repeat('n' || %s, 3000) WHERE id %% 11 = %s", (round_, round_ % 11))
         conn.execute("DELETE FROM shop.order_items WHERE order_id %% 13 = %s", (round_ % 13,))
-        if round_ == 1:
+        if round_ == 2:
             conn.execute("TRUNCATE shop.order_items")
 
 
@@ -77,10 +81,11 @@ def test_sigkill_in_the_driver_batch_windows_keeps_the_target_equal(spark, pg18_
     target = tmp_path / "lake"
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
     try:
-        _run(pipeline)  # the snapshot, then the query's first (empty) batch: the checkpoint has one
-        for i, point in enumerate(WINDOWS):
+        _run(pipeline, {CRASH_VARIABLE: "checkpoint-logged"})  # the snapshot, dead in its checkpoint's batch 0
+        for i, point in enumerate(("checkpoint-logged", *WINDOWS)):
             _write(pg18_dsn, i)
-            _run(pipeline, {CRASH_VARIABLE: point})
+            if i:
+                _run(pipeline, {CRASH_VARIABLE: point})
             log = _run(pipeline)
             assert "no query started" not in log, log  # the pending batch N+1 was replayed by the query
             _check(spark, pg18_dsn, str(target), f"after the kill at {point} and the restart")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,15 @@ def test_a_checkpoint_begun_from_the_driver_reads_as_a_query_left_it(tmp_path: P
     checkpoint = tmp_path / "checkpoint"
     assert is_fresh(checkpoint)
     metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"spark.sql.shuffle.partitions":"8"}}'
-    start_checkpoint(checkpoint, 0x1_0000_00A0, metadata)
-    assert not is_fresh(checkpoint)
-    assert (checkpoint / "offsets" / "0").read_text() == f'v1\n{metadata}\n{{"lsn": "1/A0"}}'
+    before = start_checkpoint(checkpoint, 0x1_0000_00A0, metadata)
+    assert not is_fresh(checkpoint)  # the query id alone: a query starts at batch 0, not begun again
+    assert last_batch(checkpoint) is None and last_committed_end(checkpoint) is None
+    assert before.log_next(0x1_0000_00A0) == 0
+    assert last_batch(checkpoint) is None  # batch 0 planned, not committed: the query replays it
+    before.commit_next()
+    logged = (checkpoint / "offsets" / "0").read_text().splitlines()
+    assert logged[0] == "v1" and logged[2] == '{"lsn": "1/A0"}'
+    assert json.loads(logged[1])["conf"] == json.loads(metadata)["conf"]
     assert (checkpoint / "commits" / "0").read_text() == 'v1\n{"nextBatchWatermarkMs":0}'
     assert last_committed_end(checkpoint) == 0x1_0000_00A0
     first = last_batch(checkpoint)

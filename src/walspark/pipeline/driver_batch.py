@@ -100,6 +100,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     confirmed position), as the query's first micro-batch would; False: leave it to the query
     (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
     from walspark.spark.datasource.offsets import start_checkpoint
+    from walspark.spark.lake.folder import crash_point
     from walspark.storage import location
 
     if _turned_off() or not location(settings.checkpoint).is_local:
@@ -115,7 +116,10 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     except Exception as exc:  # noqa: BLE001 - the query writes its checkpoint itself
         log.debug("checkpoint not begun from the driver: %s", exc)
         return False
-    start_checkpoint(settings.checkpoint, lsn, json.dumps(metadata, separators=(",", ":")))
+    before = start_checkpoint(settings.checkpoint, lsn, json.dumps(metadata, separators=(",", ":")))
+    before.log_next(lsn)
+    crash_point("checkpoint-logged")
+    before.commit_next()
     return True
 
 

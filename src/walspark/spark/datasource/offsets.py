@@ -108,7 +108,8 @@ class CommittedBatch:
     What the driver needs to run the query's next micro-batch itself (``walspark run --once``
     with a few changes pending, :mod:`walspark.pipeline.driver_batch`): the batch id, its end LSN,
     and Spark's own lines to write the next entries with (the offset log's metadata, the commit
-    log's entry).
+    log's entry). Batch id -1 is a begun checkpoint's position before its batch 0
+    (:func:`start_checkpoint`).
     """
 
     checkpoint: Location
@@ -151,24 +152,25 @@ def is_fresh(checkpoint: str | Path | Location) -> bool:
 
 
 def start_checkpoint(checkpoint: str | Path | Location, lsn: int, metadata: str) -> CommittedBatch:
-    """Begin a fresh checkpoint (:func:`is_fresh`) as a query's first micro-batch would, with an
-    empty batch 0 ending at ``lsn``: the query id, the offset log's entry, the commit log's.
+    """Begin a fresh checkpoint (:func:`is_fresh`) as a query's first micro-batch would: write the
+    query id, and return the position before batch 0 (batch id -1, ending at ``lsn``), whose
+    :meth:`~CommittedBatch.log_next` and :meth:`~CommittedBatch.commit_next` then write an empty
+    batch 0 ending at ``lsn`` to the offset log and the commit log, as the query does.
 
     ``lsn`` must be where the query's ``initialOffset`` would start (the slot's confirmed
     position): a query's batch 0 reads from there too, so the next batch, whoever runs it, reads
     what comes after. ``metadata`` is the offset log's metadata line as the session writes it
     (``OffsetSeqMetadata``, with the SQL settings a restarted query keeps). Used by a ``--once``
     run that applies its first changes from the driver (:mod:`walspark.pipeline.driver_batch`).
+    A crash in between leaves what a query killed at the same step leaves: a query id and no batch
+    (the query starts at batch 0), or batch 0 planned and not committed (the query replays it).
     """
     import uuid
 
     root = location(checkpoint)
     (root / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")),
                                    tmp_name=".metadata.walspark.tmp")  # fmt: skip
-    _write_entry(root / "offsets", 0, f"v1\n{metadata}\n{json.dumps(to_offset(lsn))}")
-    commit = 'v1\n{"nextBatchWatermarkMs":0}'
-    _write_entry(root / "commits", 0, commit)
-    return CommittedBatch(root, 0, lsn, metadata, commit)
+    return CommittedBatch(root, -1, lsn, metadata, 'v1\n{"nextBatchWatermarkMs":0}')
 
 
 def _write_entry(log: Location, batch_id: int, text: str) -> None:

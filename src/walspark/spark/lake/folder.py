@@ -52,8 +52,10 @@ Table = tuple[str, str]
 #: Test hook of the crash suite: the driver kills its own process group (the JVM with it) when it
 #: reaches the point named here — ``changes-appended`` (a batch's change logs are durable, Spark
 #: has not committed the batch, so the slot is not confirmed), ``fold-planned`` (a fold's plan is
-#: written, nothing folded) or ``fold-committed`` (the mirror holds the fold, its progress row and
-#: plan do not).
+#: written, nothing folded), ``fold-committed`` (the mirror holds the fold, its progress row and
+#: plan do not); and a ``--once`` run's driver batches (:mod:`walspark.pipeline.driver_batch`):
+#: ``checkpoint-logged`` (a begun checkpoint's batch 0 planned, not committed),
+#: ``driver-batch-logged``, ``driver-batch-applied``.
 CRASH_VARIABLE = "WALSPARK_TEST_CRASH_AT"
 
 
