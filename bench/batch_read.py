@@ -28,11 +28,11 @@ from pathlib import Path
 
 import psycopg
 import workload  # bench/workload.py, beside this script
+from common import log  # bench/common.py, beside this script
 
 from walspark.capture import CaptureFile, CaptureInfo, write_capture
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.source.sqlinterface import slot_changes
-from common import log  # bench/common.py, beside this script
 
 OPTIONS = {"proto_version": "4", "publication_names": "bench", "streaming": "on"}
 TXN_ROWS = 2_000

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 
 import psycopg
 import workload  # bench/workload.py, beside this script
+from common import log  # bench/common.py, beside this script
 
 from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.compiled import speedups
 from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.protocol import Decoder
-from common import log  # bench/common.py, beside this script
 
 SLOT = "bench_decode"
 RECV_SLOT = "bench_recvlogical"

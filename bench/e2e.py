@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
-
-from streaming import start_pipeline  # bench/streaming.py, beside this script
 from common import log, pct  # bench/common.py, beside this script
+from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,7 +141,7 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     server = recvlogical(pg, dsn, "bulk_recv", "bulk_pub", endpos)
     log(f"bulk: pg_recvlogical {server:.1f} s; the SQL peek")
     messages, peek = peek_all(pg, PEEK_OPTIONS, "bulk_peek")
-    decoded = {name: best_of(1, lambda m=module: run_rows(messages, m, 1, False))[1]  # type: ignore[misc]
+    decoded = {name: best_of(1, lambda m=module, ms=messages: run_rows(ms, m, 1, False))[1]  # type: ignore[misc]
                for name, (_, _, module) in paths.items()}  # fmt: skip
     del messages
     log(f"bulk: peek {peek:.1f} s; decoding (CPU) {', '.join(f'{k} {v:.2f} s' for k, v in decoded.items())};"
@@ -212,7 +211,7 @@ class Bench:
                         conn.execute("INSERT INTO history (aid, bid, delta, mtime) VALUES (%s, %s, %s,"
                                      " clock_timestamp())", (aid, bid, delta))  # fmt: skip
                     self.transactions += 1
-        except BaseException as exc:  # reported by the caller
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
             self.error = exc
 
 

@@ -54,11 +54,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paths import child_task, report, run_child  # bench/paths.py, beside this script
 from common import log, pct  # bench/common.py, beside this script
+from paths import child_task, report, run_child  # bench/paths.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -416,9 +415,9 @@ def main() -> None:
     if "once" in groups:
         cases += measure_once(args, floors, emit)
     if "steady" in groups:
-        from walspark.spark.session import spark_session
-
         from soak import Batches  # bench/soak.py, beside this script
+
+        from walspark.spark.session import spark_session
 
         spark = spark_session("walspark-bench-fixed", master=args.master)
         batches = Batches()

@@ -32,9 +32,9 @@ import threading
 import time
 from pathlib import Path
 
+from common import log, pct  # bench/common.py, beside this script
 from soak import Batches, Lake, Writer, create_tables  # bench/soak.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
-from common import log, pct  # bench/common.py, beside this script
 
 GOALS = {("change-log", "change log"): 1.5, ("change-log", "mirror"): 5.0}
 

@@ -81,7 +81,7 @@ def main() -> None:
     result = run(args.rows, args.budget_mib)
     mib = 1024
     print(f"{'rows in one transaction':<34}{result['rows']:>14,}")
-    print(f"{'streamed by the server':<34}{str(result['streamed']):>14}")
+    print(f"{'streamed by the server':<34}{result['streamed']!s:>14}")
     print(f"{'assembler memory budget':<34}{result['budget_mib']:>11} MiB")
     print(f"{'assembler peak (accounted)':<34}{result['peak_accounted_bytes'] / 2**20:>11.1f} MiB")
     print(f"{'consumer RSS after imports':<34}{result['baseline_kib'] / mib:>11.1f} MiB")

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-
-from streaming import start_pipeline  # bench/streaming.py, beside this script
 from common import log  # bench/common.py, beside this script
+from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

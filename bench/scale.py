@@ -36,16 +36,16 @@ import math
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common import log  # bench/common.py, beside this script
+
 from walspark.spark.lake.tables import TABLE_PROPERTIES, quote, table_path
 from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS
-from common import log  # bench/common.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

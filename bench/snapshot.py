@@ -32,7 +32,7 @@ from typing import Any
 from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
-def read_only(spark, dsn: str, partition_rows: int) -> float:  # noqa: ANN001
+def read_only(spark, dsn: str, partition_rows: int) -> float:
     """The same CTID-range tasks into Spark's ``noop`` sink: read + decode without Delta."""
     import psycopg
 
@@ -75,7 +75,7 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     return {"snapshot": snapshot, "read": read, "tasks": table.tasks, "parallelism": parallelism}
 
 
-def pg_dump(pg: Any, dsn: str) -> float:  # noqa: ANN401
+def pg_dump(pg: Any, dsn: str) -> float:
     """``pg_dump --data-only`` of the table to /dev/null: seconds from process start to exit."""
     started = time.monotonic()
     subprocess.run([pg.bin("pg_dump"), "--data-only", "--table", "big", "--file", "/dev/null", "--dbname", dsn],

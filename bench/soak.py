@@ -40,7 +40,6 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -49,9 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-
-from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 from common import log, pct  # bench/common.py, beside this script
+from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,7 +112,7 @@ class Writer:
                     self.live[t] = [lo + self.moved, hi + self.moved]
                     self.changes += len(keys) + 2 * self.moved
                     self.transactions += 1
-        except BaseException as exc:  # reported by main
+        except BaseException as exc:  # noqa: BLE001 - reported by main
             self.error = exc
         finally:
             self.ended = time.monotonic()

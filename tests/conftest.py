@@ -13,10 +13,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from depth import SOAK_VARIABLE, soak
 
 from walspark.embedded.postgres import EmbeddedPostgres, debian_bindir
-
-from depth import SOAK_VARIABLE, soak
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -134,7 +134,7 @@ class Workload:
                     with conn.transaction():
                         next_order = self._one(conn, next_order)
                     self.transactions += 1
-        except BaseException as exc:  # surfaced by stop()
+        except BaseException as exc:  # noqa: BLE001 - surfaced by stop()
             self.error = exc
 
     def _one(self, conn: psycopg.Connection, next_order: int) -> int:

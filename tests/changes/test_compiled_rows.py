@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_rows_server import assemble  # tests/changes is on sys.path (no package)
 
 from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.compiled import PURE_VARIABLE, speedups
@@ -36,8 +37,6 @@ from walspark.protocol import (
     encode_message,
 )
 from walspark.values import TypeRegistry, oids
-
-from test_rows_server import assemble  # tests/changes is on sys.path (no package)
 
 pytestmark = pytest.mark.skipif(speedups is None and os.environ.get(PURE_VARIABLE, "") not in ("", "0"),
                                 reason=f"{PURE_VARIABLE} is set: the compiled path is off")

@@ -133,7 +133,7 @@ def test_concurrent_workload_assembles_to_what_was_committed(server, kills, requ
     def client(n: int) -> None:
         try:
             _client(dsn, n, 1000 + n, committed, lock, two_phase)
-        except BaseException as exc:  # reported by the test, not lost in a thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the test, not lost in a thread
             failures.append(exc)
 
     writers = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from walspark.capture import CaptureFile, CaptureInfo, write_capture
-from walspark.cli.main import cli
 from walspark.cli import commands  # noqa: F401  (registers the subcommands)
+from walspark.cli.main import cli
 
 
 @pytest.fixture
@@ -119,7 +119,15 @@ def _foreign(path, lsns, messages) -> None:
 def _streamed_with_both_abort_layouts() -> list[bytes]:
     """A streamed transaction, both Stream Abort layouts, and two-phase messages: protocol 4's whole range."""
     from walspark.protocol import (
-        BeginPrepare, CommitPrepared, Insert, Prepare, StreamAbort, StreamStart, StreamStop, TupleData, encode_message,
+        BeginPrepare,
+        CommitPrepared,
+        Insert,
+        Prepare,
+        StreamAbort,
+        StreamStart,
+        StreamStop,
+        TupleData,
+        encode_message,
     )  # fmt: skip
 
     return [encode_message(m) for m in (

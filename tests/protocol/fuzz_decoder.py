@@ -59,14 +59,13 @@ with atheris.instrument_imports(include=["walspark"]):
         encode_frame,
         encode_message,
     )
-    from walspark.values import ColumnOptions, NumericPolicy, TypeRegistry, ValueConversionError, to_arrow_array
-    from walspark.values import oids
+    from walspark.values import ColumnOptions, NumericPolicy, TypeRegistry, ValueConversionError, oids, to_arrow_array
     from walspark.values.registry import BUILTIN_TYPE_NAMES
 
-from walspark.compiled import speedups as SPEEDUPS  # noqa: E402  (C code: nothing for atheris to instrument)
+from walspark.compiled import speedups as SPEEDUPS  # C code: nothing for atheris to instrument
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.protocol.differential import check_gather_hostile, check_row_change  # noqa: E402
+from tests.protocol.differential import check_gather_hostile, check_row_change
 
 LSN = 0x1234_5678_9ABC
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -38,7 +38,7 @@ def test_xlogdata_layout() -> None:
             + payload)
     frame = decode_frame(data)
     assert frame == XLogData(data_start=0x16B3748, wal_end=0x16B3900, send_time=757382400000000, payload=payload)
-    assert frame.send_datetime == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert frame.send_datetime == datetime(2024, 1, 1, tzinfo=UTC)
     assert encode_frame(frame) == data
     assert Decoder(1).decode(frame.payload, lsn=frame.data_start) == Begin(0x16B3800, 0, 42)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given
@@ -54,12 +54,12 @@ def test_lsn_text_round_trip(value: int) -> None:
 
 
 def test_timestamp_epoch_is_2000_utc() -> None:
-    assert pg_timestamp_to_datetime(0) == datetime(2000, 1, 1, tzinfo=timezone.utc) == PG_EPOCH
+    assert pg_timestamp_to_datetime(0) == datetime(2000, 1, 1, tzinfo=UTC) == PG_EPOCH
     assert pg_timestamp_to_datetime(-1) == PG_EPOCH - timedelta(microseconds=1)
-    assert pg_timestamp_to_datetime(0).tzinfo is timezone.utc
+    assert pg_timestamp_to_datetime(0).tzinfo is UTC
 
 
-@given(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(timezone.utc)))
+@given(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(UTC)))
 def test_timestamp_round_trip(value: datetime) -> None:
     assert pg_timestamp_to_datetime(datetime_to_pg_timestamp(value)) == value
 

@@ -8,7 +8,7 @@ bytes. This pins the layouts independently of the encoder/decoder symmetry.
 from __future__ import annotations
 
 import struct
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -87,7 +87,7 @@ def test_begin() -> None:
             + Int64(TS)         # commit timestamp
             + Int32(XID))       # Xid
     check(data, Begin(final_lsn=LSN_B, commit_timestamp=TS, xid=XID), version=1)
-    assert Begin(LSN_B, TS, XID).commit_time == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert Begin(LSN_B, TS, XID).commit_time == datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def test_commit() -> None:
@@ -227,7 +227,7 @@ def test_stream_abort_protocol_4_parallel_adds_abort_lsn_and_timestamp() -> None
     abort = StreamAbort(xid=XID, subxid=XID, abort_lsn=LSN_A, abort_timestamp=TS)
     check(data, abort, version=4, parallel_abort=True)
     check(data, abort, version=4, parallel_abort=None)  # options unknown: by length
-    assert abort.abort_time == datetime(2024, 1, 1, tzinfo=timezone.utc)
+    assert abort.abort_time == datetime(2024, 1, 1, tzinfo=UTC)
     assert StreamAbort(XID, XID).abort_time is None
 
 

@@ -53,8 +53,8 @@ from walspark.spark.lake.folder import CRASH_VARIABLE, fold_app_id
 
 from .support import (
     ONCE_TIMEOUT,
-    START_TIMEOUT,
     SLOT,
+    START_TIMEOUT,
     CrashWorkload,
     Pipeline,
     commit_notes,
@@ -183,7 +183,7 @@ def test_sigkill_in_the_change_log_windows_keeps_the_target_equal(spark, pg18_ds
             if point == "mid-fold":
                 pipeline.start()
                 before = committed_batches(target)
-                wait_for(lambda: committed_batches(target) > before, timeout=START_TIMEOUT,
+                wait_for(lambda before=before: committed_batches(target) > before, timeout=START_TIMEOUT,
                          what="a new committed batch", pipeline=pipeline)  # fmt: skip
                 wait_for(lambda: bool(_unfinished(target)), timeout=START_TIMEOUT, what="a fold under way",
                          pipeline=pipeline, poll=0.02)  # fmt: skip

@@ -126,7 +126,7 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
                 # commit log nor the slot confirmed (a window a random delay rarely hits), or a
                 # random delay of a few trigger intervals.
                 before = committed_batches(target)
-                wait_for(lambda: committed_batches(target) > before, timeout=START_TIMEOUT,
+                wait_for(lambda before=before: committed_batches(target) > before, timeout=START_TIMEOUT,
                          what="a new committed batch", pipeline=pipeline)  # fmt: skip
                 if kind == "delta-written":
                     _wait_for_state(pg18_dsn, target, pipeline, "mid-batch, Delta written", timeout=120.0)

@@ -41,7 +41,7 @@ from walspark.embedded.postgres import EmbeddedPostgres
 from walspark.protocol import Insert, decode_message
 from walspark.source import ReconnectExhausted, ReconnectPolicy, ReplicationStream, StreamOptions
 
-from .faultsupport import CuttingProxy, CutSpec, SpillRun, run_spill_consumer, run_spill_consumer_limited
+from .faultsupport import CutSpec, CuttingProxy, SpillRun, run_spill_consumer, run_spill_consumer_limited
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -130,7 +130,7 @@ class Writers:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 while not self._stop.is_set():
                     body(conn)
-        except BaseException as exc:  # reported by stop()
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.errors.append(exc)
 
     def _small(self, conn: psycopg.Connection) -> None:

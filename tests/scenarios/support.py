@@ -133,7 +133,7 @@ def canonical(value: Any) -> Any:
         return str(value.normalize()) if value == value else "NaN"
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:  # Spark's session runs in UTC and returns naive datetimes
-            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
         return value.isoformat()
     if isinstance(value, (dt.date, dt.time, dt.timedelta)):
         return str(value)
@@ -281,7 +281,7 @@ def _from_arrow(value: Any, dtype: Any) -> Any:
 def _spark_delta_rows(spark: SparkSession, path: str, table: PublishedTable) -> list[tuple] | None:
     try:
         frame = spark.read.format("delta").load(path)
-    except Exception as exc:  # noqa: BLE001 - a missing table is reported, not raised
+    except Exception as exc:  # a missing table is reported, not raised
         if "is not a Delta table" in str(exc) or "PATH_NOT_FOUND" in str(exc) or "doesn't exist" in str(exc):
             return None
         raise

@@ -37,7 +37,7 @@ def _conn(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True)
 
 
-def _rows(spark, target: str, schema: str, table: str, *columns: str) -> list[tuple]:  # noqa: ANN001
+def _rows(spark, target: str, schema: str, table: str, *columns: str) -> list[tuple]:
     """The Delta table's rows (the given columns), sorted: for the TAP tests' literal expectations."""
     from walspark.spark.lake.tables import table_path
 
@@ -48,7 +48,7 @@ def _rows(spark, target: str, schema: str, table: str, *columns: str) -> list[tu
 class Pipeline:
     """One target fed by ``walspark run --once`` from one slot; ``check`` runs it and compares."""
 
-    def __init__(self, spark, dsn: str, publication: str, target: str, slot: str = "s") -> None:  # noqa: ANN001
+    def __init__(self, spark, dsn: str, publication: str, target: str, slot: str = "s") -> None:
         self.spark, self.dsn, self.publication, self.target, self.slot = spark, dsn, publication, target, slot
 
     def check(self, conn: psycopg.Connection[Any], context: str) -> None:
@@ -580,7 +580,7 @@ INSERT INTO test_root VALUES (1, 2, 3), (10, 20, 30);
 """
 
 
-def _031_via_root_initial(conn: psycopg.Connection[Any], spark, vr: Pipeline, root: Pipeline) -> None:  # noqa: ANN001
+def _031_via_root_initial(conn: psycopg.Connection[Any], spark, vr: Pipeline, root: Pipeline) -> None:
     for p in (vr, root):
         run_once(p.dsn, p.publication, p.slot, p.target)
     assert_matches_publication(conn, spark, vr.target, "pub_vr", context="initial copy of pub_vr")

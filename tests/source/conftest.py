@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from srcutil import fresh_database
 
 from walspark.embedded.postgres import EmbeddedPostgres

@@ -43,7 +43,7 @@ def fresh_database(server: Any, prefix: str = "src") -> Iterator[str]:
                 conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
                              " WHERE database = %s AND NOT active", (name,))
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        except Exception:  # the server may be mid-restart in a failing test; its tmp dir goes anyway
+        except Exception:  # noqa: BLE001 - the server may be mid-restart in a failing test; its tmp dir goes anyway
             pass
 
 
@@ -168,7 +168,7 @@ class Workload:
                 conn = None
                 time.sleep(0.2)
                 i += 1
-            except BaseException as exc:  # pragma: no cover - reported by the test
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
                 self.errors.append(exc)
                 return
         if conn is not None:

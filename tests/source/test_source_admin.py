@@ -8,6 +8,7 @@ import logging
 import psycopg
 import pytest
 from click.testing import CliRunner
+from srcutil import Collector, drain, wait_for
 
 from walspark.cli.main import cli
 from walspark.embedded.postgres import free_port
@@ -31,8 +32,6 @@ from walspark.source import (
     missing_publications,
 )
 from walspark.source.connect import connect_sql
-
-from srcutil import Collector, drain, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,5 +1,6 @@
 """Helpers for the pgoutput data source tests: a source database, a workload with a known order,
-and readers of a streaming checkpoint (offsets/commits) — all real: embedded PostgreSQL, local Spark."""
+readers of a streaming checkpoint (offsets/commits), and a source drained into change DataFrames
+(the sink's tests) — all real: embedded PostgreSQL, local Spark."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ import threading
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import dict_row
 
+from walspark.changes.assembly import TransactionAssembler
+from walspark.changes.rows import ChangeRowBuilder
 from walspark.protocol import parse_lsn
+from walspark.source.sqlinterface import slot_changes
+from walspark.spark.lake.apply import apply_changes
+from walspark.spark.lake.frames import change_dataframe
 
 DDL = """
 CREATE TABLE acct (id int PRIMARY KEY, owner text, balance numeric(12,2), seq bigint);
@@ -158,3 +165,56 @@ def per_table(changes: list[tuple[str, str, int, int | None]]) -> dict[str, list
 def has_deletion_vectors(spark, path: str) -> bool:
     """Whether the Delta table at ``path`` has the deletion vectors feature."""
     return "deletionVectors" in (spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["tableFeatures"] or [])
+
+
+class Source:
+    """A source database with a publication and a pgoutput slot, drained into change DataFrames."""
+
+    def __init__(self, dsn: str, spark, ddl: str) -> None:
+        self.dsn, self.spark = dsn, spark
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.conn.execute(ddl)
+        self.conn.execute("CREATE PUBLICATION pub FOR ALL TABLES")
+        self.conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+        self.options = {"proto_version": "4", "publication_names": "pub", "binary": "true"}
+        self.assembler = TransactionAssembler(4, memory_budget=1 << 30)
+        self.builder = ChangeRowBuilder(4, binary=True)
+        self.batch_id = 0
+
+    def sql(self, *statements: str, params: tuple = ()) -> None:
+        """Run statements in one transaction."""
+        with self.conn.transaction():
+            for statement in statements:
+                self.conn.execute(statement, params if "%s" in statement else None)
+
+    def drain(self, *, join_identities: bool = False) -> list:
+        """Change DataFrames (one per table shape, in change order) committed since the last drain.
+        ``join_identities``: a table's shapes with the same columns (its replica identity changed)
+        in one DataFrame, as a micro-batch of the pipeline holds them."""
+        with psycopg.connect(self.dsn) as conn:
+            for lsn, data in slot_changes(conn, "s", self.options, consume=True):
+                for txn in self.assembler.feed(lsn, data):
+                    self.builder.add_transaction(txn)
+        built = sorted(self.builder.build(), key=lambda vb: vb[1].column("_commit_lsn")[0].as_py())
+        groups: dict[object, list] = {}
+        for version, batch in built:
+            groups.setdefault((version.relation_id, batch.schema) if join_identities else len(groups), []).append(batch)
+        return [change_dataframe(self.spark, batches) for batches in groups.values()]
+
+    def apply(self, target: str, sink=None, **kwargs) -> list:
+        """Drain and apply, one batch id per change DataFrame."""
+        results = []
+        for df in self.drain():
+            if sink is not None:
+                results += sink.foreach_batch(df, self.batch_id)
+            else:
+                results.append(apply_changes(df, self.batch_id, target=target, **kwargs))
+            self.batch_id += 1
+        return results
+
+    def rows(self, table: str) -> list[dict]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(f"SELECT * FROM {table}").fetchall()
+
+    def close(self) -> None:
+        self.conn.close()

@@ -13,90 +13,18 @@ import random
 import string
 from collections.abc import Iterator
 
-import psycopg
 import pytest
-from psycopg.rows import dict_row
 
-from walspark.changes.assembly import TransactionAssembler
-from walspark.changes.rows import ChangeRowBuilder
-from walspark.source.sqlinterface import slot_changes
 from walspark.spark.lake.apply import apply_changes
 from walspark.spark.lake.columns import END_AT, START_AT
 from walspark.spark.lake.evolution import SchemaEvolutionError
-from walspark.spark.lake.frames import change_dataframe
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS, table_properties
 
-from .support import has_deletion_vectors
+from .support import Source, has_deletion_vectors
 
 pytestmark = pytest.mark.spark
-
-
-class Source:
-    """A source database with a publication and a pgoutput slot, drained into change DataFrames."""
-
-    def __init__(self, dsn: str, spark, ddl: str) -> None:
-        self.dsn, self.spark = dsn, spark
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.conn.execute(ddl)
-        self.conn.execute("CREATE PUBLICATION pub FOR ALL TABLES")
-        self.conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
-        self.options = {"proto_version": "4", "publication_names": "pub", "binary": "true"}
-        self.assembler = TransactionAssembler(4, memory_budget=1 << 30)
-        self.builder = ChangeRowBuilder(4, binary=True)
-        self.batch_id = 0
-
-    def sql(self, *statements: str, params: tuple = ()) -> None:
-        """Run statements in one transaction."""
-        with self.conn.transaction():
-            for statement in statements:
-                self.conn.execute(statement, params if "%s" in statement else None)
-
-    def drain(self, *, join_identities: bool = False) -> list:
-        """Change DataFrames (one per table shape, in change order) committed since the last drain.
-        ``join_identities``: a table's shapes with the same columns (its replica identity changed)
-        in one DataFrame, as a micro-batch of the pipeline holds them."""
-        with psycopg.connect(self.dsn) as conn:
-            for lsn, data in slot_changes(conn, "s", self.options, consume=True):
-                for txn in self.assembler.feed(lsn, data):
-                    self.builder.add_transaction(txn)
-        built = sorted(self.builder.build(), key=lambda vb: vb[1].column("_commit_lsn")[0].as_py())
-        groups: dict[object, list] = {}
-        for version, batch in built:
-            groups.setdefault((version.relation_id, batch.schema) if join_identities else len(groups), []).append(batch)
-        return [change_dataframe(self.spark, batches) for batches in groups.values()]
-
-    def apply(self, target: str, sink=None, **kwargs) -> list:
-        """Drain and apply, one batch id per change DataFrame."""
-        results = []
-        for df in self.drain():
-            if sink is not None:
-                results += sink.foreach_batch(df, self.batch_id)
-            else:
-                results.append(apply_changes(df, self.batch_id, target=target, **kwargs))
-            self.batch_id += 1
-        return results
-
-    def rows(self, table: str) -> list[dict]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(f"SELECT * FROM {table}").fetchall()
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-@pytest.fixture
-def source_factory(pg18_dsn, spark) -> Iterator:
-    made: list[Source] = []
-
-    def make(ddl: str) -> Source:
-        made.append(Source(pg18_dsn, spark, ddl))
-        return made[-1]
-
-    yield make
-    for s in made:
-        s.close()
 
 
 @pytest.fixture(params=[False, True], ids=["copy-on-write", "deletion-vectors"])

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from walspark.spark.lake.changelog import BATCH_ID, FoldPlan, change_log_path, folded_through, read_plan, write_plan
+from walspark.spark.lake.changelog import BATCH_ID, FoldPlan, change_log_path, read_plan, write_plan
 from walspark.spark.lake.maintenance import expire_changes, maintain
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.storage import state_home
 
-from .test_apply import WORKLOAD_DDL, _random_txn, assert_equal, source_factory  # noqa: F401 - a fixture
+from .test_apply import WORKLOAD_DDL, _random_txn, assert_equal
 
 pytestmark = pytest.mark.spark
 

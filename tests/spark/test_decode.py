@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -54,7 +54,7 @@ def _numeric(rng: random.Random) -> bytes:
 
 
 def _timestamptz(rng: random.Random) -> bytes:
-    at = datetime(2024, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=rng.randint(0, 10**14))
+    at = datetime(2024, 1, 1, tzinfo=UTC) + timedelta(microseconds=rng.randint(0, 10**14))
     return at.strftime("%Y-%m-%d %H:%M:%S.%f+00").encode()
 
 
@@ -205,7 +205,7 @@ class Source:
                 messages.append(table.relation(self.shape[table.relid], xid))
                 self.sent.add(table.relid)
 
-        for name, op, *given in ops:
+        for name, op, *values in ops:
             table = TABLES[name]
             if op == "A":
                 self.alter(table)
@@ -218,7 +218,7 @@ class Source:
             describe(table)
             rows = self.rows[table.relid]
             if op == "I":
-                row = list(given[0]) if given else self._values(table)
+                row = list(values[0]) if values else self._values(table)
                 rows.append(row)
                 messages.append(Insert(xid, table.relid, self._tuple(row)))
             elif op in "UK":
@@ -479,7 +479,7 @@ def _example() -> tuple[Source, list[Txn]]:
 def test_worked_example_values_all_tables(tmp_path: Path) -> None:
     """The rows themselves (so two equally wrong outputs cannot pass): ops, commit order, values,
     versions, the old key of a key update, a missing value filled for rows of the older shape."""
-    src, txns = _example()
+    _, txns = _example()
     stager = stage(tmp_path, txns, None)
     assert len(stager.segments) == 6
     together, _ = together_and_alone(stager.segments, 0, txns[-1].end_lsn, None, chunk_rows=1000)
@@ -537,7 +537,7 @@ def _decode_insert(data: bytes) -> Insert:
 
 def test_worked_example_per_table_and_cut_range(tmp_path: Path) -> None:
     """One table's layout, a range cutting transactions off at both ends, batches of 2 rows."""
-    src, txns = _example()
+    _, txns = _example()
     stager = stage(tmp_path, txns, "public.acct")
     start, end = txns[0].end_lsn, txns[4].end_lsn  # t2 .. t5
     segments = [s for s in stager.segments if s.overlaps(start, end)]
@@ -676,7 +676,7 @@ def test_a_shape_change_before_the_range_in_a_segment_in_it(tmp_path: Path) -> N
     together, _ = together_and_alone(segments, start, end, None, chunk_rows=3)
     assert envelope(together.table) == expected_rows(stager, start, end)
     acct = [r for r in together.table.column("public.acct").to_pylist() if r is not None]
-    assert [(r["id"], r["note"]) for r in acct][0] == (3, "three")
+    assert (acct[0]["id"], acct[0]["note"]) == (3, "three")
     assert together.table.column("_relation_version").to_pylist() == [2, 1, 2, 1]
 
 
@@ -722,7 +722,7 @@ def test_restarted_stager_a_relation_first_described_inside_a_transaction(tmp_pa
     stager.stage(t2)
     stager.flush()
     assert len(stager.segments) == 3
-    expected, alone, together = _restarted_both_ways(stager, ta.end_lsn, t2.end_lsn)
+    expected, _, _ = _restarted_both_ways(stager, ta.end_lsn, t2.end_lsn)
     assert [(e.table, e.version) for e in expected] == [("public.ev", 1), ("public.acct", 1)]
 
 

@@ -18,7 +18,8 @@ import pytest
 from walspark.spark.lake.apply import apply_changes
 from walspark.spark.lake.fresh import fresh_rows, fresh_view, read_table, table_name
 
-from .test_apply import Source, canon, source_factory  # noqa: F401  (source_factory: a fixture)
+from .support import Source
+from .test_apply import canon
 
 pytestmark = pytest.mark.spark
 

@@ -54,7 +54,7 @@ def _commits(checkpoint: Path) -> int:
 def _driver(dsn: str, tmp: Path, run: int, *, available_now: bool) -> subprocess.Popen:
     args = {"dsn": dsn, "staging": str(tmp / "staging"), "out": str(tmp / "out"), "checkpoint": str(tmp / "ckpt"),
             "warehouse": str(tmp / "warehouse"), "available_now": available_now}
-    log = open(tmp / f"driver-{run}.log", "wb")  # noqa: SIM115 - closed with the process
+    log = open(tmp / f"driver-{run}.log", "wb")  # closed with the process
     return subprocess.Popen([sys.executable, "-c", DRIVER, json.dumps(args)], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, cwd=tmp)
 

@@ -20,7 +20,7 @@ from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.storage import location
 
-from .test_apply import assert_equal, source_factory  # noqa: F401 - the fixture, shared
+from .test_apply import assert_equal
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def _on_disk(path: str) -> set[str]:
     return {k for k in location(path).tree_files() if not k.startswith("_delta_log") and k.endswith(".parquet")}
 
 
-def test_vacuum_deletes_replaced_files_and_folds_progress(source_factory, spark, tmp_path):  # noqa: F811
+def test_vacuum_deletes_replaced_files_and_folds_progress(source_factory, spark, tmp_path):
     src = source_factory("CREATE TABLE items (id int PRIMARY KEY, v text)")
     target = str(tmp_path / "lake")
     sink = ApplyChanges(target)

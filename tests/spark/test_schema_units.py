@@ -4,13 +4,6 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from walspark.spark.lake.evolution import (
-    ColumnIds,
-    _aliases,
-    _plan,
-    parse_attnums,
-    sql_string,
-)
 from walspark.spark.datasource.schema import AMBIGUOUS_KEY, ATTNUM_KEY, SAME_AS_KEY
 from walspark.spark.datasource.shapes import (
     identify_old_columns,
@@ -18,6 +11,13 @@ from walspark.spark.datasource.shapes import (
     read_barrier,
     record_barrier,
     recorded_shapes,
+)
+from walspark.spark.lake.evolution import (
+    ColumnIds,
+    _aliases,
+    _plan,
+    parse_attnums,
+    sql_string,
 )
 
 

@@ -10,6 +10,7 @@ lands as one Delta table.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import threading
@@ -24,31 +25,36 @@ from hypothesis import strategies as st
 pytest.importorskip("pyspark")
 pytest.importorskip("delta")
 
-import psycopg  # noqa: E402
+import psycopg
 
-from walspark.protocol import Decoder, Delete, Insert, Update  # noqa: E402
-from walspark.source.slots import get_slot  # noqa: E402
-from walspark.source.sqlinterface import slot_changes  # noqa: E402
-from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS  # noqa: E402
-from walspark.spark.snapshot.initial import (  # noqa: E402
+from walspark.protocol import Decoder, Delete, Insert, Update
+from walspark.source.slots import get_slot
+from walspark.source.sqlinterface import slot_changes
+from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS
+from walspark.spark.snapshot.initial import (
     SnapshotProgress,
     plan_partitions,
     publication_tables,
     read_record,
     run_snapshot,
 )
-from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan  # noqa: E402
-from walspark.values import TypeRegistry, arrow_schema, column_codecs, register_catalog_rows  # noqa: E402
-from walspark.values import TYPE_CATALOG_QUERY  # noqa: E402
+from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan
+from walspark.values import (
+    TYPE_CATALOG_QUERY,
+    TypeRegistry,
+    arrow_schema,
+    column_codecs,
+    register_catalog_rows,
+)
 
-from .support import has_deletion_vectors  # noqa: E402
+from .support import has_deletion_vectors
 
 
 def _conn(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True)
 
 
-def _delta_arrow(spark, path: str, order: str) -> pa.Table:  # noqa: ANN001
+def _delta_arrow(spark, path: str, order: str) -> pa.Table:
     return spark.read.format("delta").load(path).orderBy(order).toArrow()
 
 
@@ -128,7 +134,7 @@ def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str) -> None:
         ranges = plan_partitions(plan, parallelism=2, partition_pages=17)
         assert plan.pages > 17 * 10 and len(ranges) == -(-plan.pages // 17)
         assert ranges[0].start == 0 and ranges[-1].end is None
-        assert all(a.end == b.start for a, b in zip(ranges, ranges[1:]))
+        assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
         default = plan_partitions(plan, parallelism=4, partition_rows=5000, small_rows=1000)
         assert len(default) >= 4
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
@@ -152,7 +158,7 @@ def _decode_stream(dsn: str, slot: str, publication: str) -> list[tuple[str, int
         for lsn, data in slot_changes(conn, slot, {"proto_version": "1", "publication_names": publication}):
             msg = decoder.decode(data, lsn=lsn)
 
-            def ints(tup):  # noqa: ANN001, ANN202
+            def ints(tup):
                 return [None if v is None else int(v) for v in tup.values]
 
             if isinstance(msg, Insert):
@@ -194,7 +200,7 @@ def test_snapshot_plus_stream_equals_source_with_concurrent_writers(spark, pg18_
                             else:
                                 wc.execute("DELETE FROM w WHERE id = %s", (rng.randint(1, next_id),))
                     committed[0] += 1
-        except BaseException as exc:  # surfaced by the test
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the test
             errors.append(exc)
 
     thread = threading.Thread(target=writer)

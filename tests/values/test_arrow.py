@@ -12,8 +12,15 @@ import pytest
 
 from walspark.protocol.messages import RelationColumn, TupleData
 from walspark.values import (
-    ColumnOptions, NumericPolicy, TypeRegistry, ValueConversionError, arrow_schema, decode_tuples, oids,
-    to_arrow_array, unchanged_columns_array,
+    ColumnOptions,
+    NumericPolicy,
+    TypeRegistry,
+    ValueConversionError,
+    arrow_schema,
+    decode_tuples,
+    oids,
+    to_arrow_array,
+    unchanged_columns_array,
 )
 from walspark.values.scalars import to_float4
 

@@ -11,13 +11,20 @@ from hypothesis import strategies as st
 
 from walspark.values import PgDate, PgTime, PgTimestamp, ValueConversionError, oids, to_arrow_array
 from walspark.values.datetimes import (
-    DATE_NOBEGIN, DATE_NOEND, DT_NOBEGIN, civil_from_days, days_from_civil, format_date,
-    format_timestamp, parse_date_text, parse_timestamp_text,
+    DATE_NOBEGIN,
+    DATE_NOEND,
+    DT_NOBEGIN,
+    civil_from_days,
+    days_from_civil,
+    format_date,
+    format_timestamp,
+    parse_date_text,
+    parse_timestamp_text,
 )
 
 from .vectors import codec, i32, i64
 
-UTC = dtm.timezone.utc
+UTC = dtm.UTC
 US_DAY = 86_400_000_000
 
 

@@ -18,7 +18,13 @@ import pyarrow as pa
 import pytest
 
 from walspark.values import (
-    TYPE_CATALOG_QUERY, Codec, ColumnOptions, NumericPolicy, TypeRegistry, UnknownTypeWarning, ValueConversionError,
+    TYPE_CATALOG_QUERY,
+    Codec,
+    ColumnOptions,
+    NumericPolicy,
+    TypeRegistry,
+    UnknownTypeWarning,
+    ValueConversionError,
     register_catalog_rows,
 )
 from walspark.values.datetimes import PgDate, PgTimestamp

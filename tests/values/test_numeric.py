@@ -11,7 +11,11 @@ from hypothesis import strategies as st
 
 from walspark.values import NumericPolicy, ValueConversionError, oids, to_arrow_array
 from walspark.values.numeric import (
-    decode_money_text, decode_numeric_binary, decode_numeric_text, format_numeric, numeric_typmod,
+    decode_money_text,
+    decode_numeric_binary,
+    decode_numeric_text,
+    format_numeric,
+    numeric_typmod,
 )
 
 from .vectors import codec, i16, i64, numeric_send

@@ -41,7 +41,7 @@ def test_numrange_and_daterange_infinity_bound_is_a_value() -> None:
 def test_tstzrange_quoted_bounds() -> None:
     c = codec(oids.TSTZRANGE)
     v = c.decode_text(b'["2020-01-01 00:00:00+00","2020-01-02 00:00:00+05:30")')
-    utc = dtm.timezone.utc
+    utc = dtm.UTC
     assert v == Range(dtm.datetime(2020, 1, 1, tzinfo=utc), dtm.datetime(2020, 1, 1, 18, 30, tzinfo=utc), True, False)
 
 

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from walspark.values import ValueConversionError, oids, to_arrow_array
 from walspark.values.scalars import (
-    decode_bytea_text, format_bytea_escape, format_bytea_hex, format_float4, format_float8, to_float4,
+    decode_bytea_text,
+    format_bytea_escape,
+    format_bytea_hex,
+    format_float4,
+    format_float8,
+    to_float4,
 )
 
 from .vectors import codec, f64, i16, i32, i64, u32

@@ -18,7 +18,7 @@ def test_tsvector_binary_vector_from_the_server() -> None:
 
 
 def test_tsvector_quoting() -> None:
-    raw = i32(2) + "it's".encode() + b"\x00" + struct.pack(">HH", 1, (1 << 14) | 5) + b"a\\b\x00\x00\x00"
+    raw = i32(2) + b"it's" + b"\x00" + struct.pack(">HH", 1, (1 << 14) | 5) + b"a\\b\x00\x00\x00"
     assert codec(oids.TSVECTOR).decode_binary(raw) == "'it''s':5C 'a\\\\b'"
     assert codec(oids.TSVECTOR).decode_text(b"'it''s':5C") == "'it''s':5C"
 

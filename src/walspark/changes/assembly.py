@@ -437,9 +437,9 @@ _CONTROL = {
 }
 
 __all__ = [
+    "DEFAULT_MEMORY_BUDGET",
     "AssemblyError",
     "CommittedTransaction",
-    "DEFAULT_MEMORY_BUDGET",
     "Entry",
     "MessageSource",
     "NonTransactionalMessage",

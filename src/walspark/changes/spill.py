@@ -65,7 +65,7 @@ def spill_error(exc: OSError, action: str, path: Path) -> SpillError:
 class TxnBuffer:
     """The messages of one transaction, in arrival order, in memory or in a spill file."""
 
-    __slots__ = ("_entries", "_path", "_file", "memory_bytes", "count", "aborted_subxids")
+    __slots__ = ("_entries", "_file", "_path", "aborted_subxids", "count", "memory_bytes")
 
     def __init__(self) -> None:
         self._entries: list[Entry] = []
@@ -107,7 +107,7 @@ class TxnBuffer:
         path = directory / name
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._file = open(path, "wb", buffering=1 << 20)  # noqa: SIM115 - closed in close()
+            self._file = open(path, "wb", buffering=1 << 20)  # closed in close()
         except OSError as exc:
             raise spill_error(exc, "create", path) from exc
         self._path = path

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import click
 
-from walspark.cli.errors import CommandError, describe, debug_enabled, print_traceback
+from walspark.cli.errors import CommandError, debug_enabled, describe, print_traceback
 from walspark.cli.group import cli
 
 __all__ = ["cli", "main"]

@@ -55,10 +55,9 @@ from walspark.pipeline.settings import RunSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from walspark.spark.datasource.offsets import CommittedBatch
-
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
+    from walspark.spark.datasource.offsets import CommittedBatch
 
 __all__ = ["APPLIED", "BARRIER", "DRIVER_BATCH", "QUERY", "ArrowFrame", "Outcome", "apply_from_driver",
            "begin_checkpoint", "enabled"]

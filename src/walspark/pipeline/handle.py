@@ -107,19 +107,19 @@ class PipelineHandle:
 
     # Structured Streaming's names (StreamingQuery), for users who reach for them
     @property
-    def isActive(self) -> bool:  # noqa: N802
+    def isActive(self) -> bool:
         return self.is_active
 
     @property
-    def lastProgress(self) -> dict[str, Any] | None:  # noqa: N802
+    def lastProgress(self) -> dict[str, Any] | None:
         last = self.last_progress
         return None if last is None else last.as_dict()
 
     @property
-    def recentProgress(self) -> list[dict[str, Any]]:  # noqa: N802
+    def recentProgress(self) -> list[dict[str, Any]]:
         return [p.as_dict() for p in self.recent_progress]
 
-    def awaitTermination(self, timeout: float | None = None) -> bool:  # noqa: N802
+    def awaitTermination(self, timeout: float | None = None) -> bool:
         return self.await_termination(timeout)
 
     @property

@@ -105,7 +105,7 @@ class StreamProgress:
         """
         try:
             recent = list(query.recentProgress)
-        except Exception:  # noqa: BLE001 - a progress line must never fail the run
+        except Exception:  # a progress line must never fail the run
             log.debug("could not read the query's recent progress", exc_info=True)
             return
         for progress in recent:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 __all__ = ["ACTIVE_PHASES", "PHASES", "BatchProgress", "PipelineStatus", "RunSummary", "Tracker", "read_status_files",
@@ -61,10 +62,10 @@ class BatchProgress:
     def as_dict(self) -> dict[str, Any]:
         """The keys a Structured Streaming progress uses where they mean the same (``batchId``,
         ``numInputRows``, ``timestamp`` in ISO 8601), and walspark's own."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
         return {"batchId": self.batch_id, "numInputRows": self.rows,
-                "timestamp": datetime.fromtimestamp(self.timestamp, timezone.utc).isoformat(timespec="milliseconds"),
+                "timestamp": datetime.fromtimestamp(self.timestamp, UTC).isoformat(timespec="milliseconds"),
                 "rowsByTable": dict(self.rows_by_table), "commitLsn": self.commit_lsn, "lagSeconds": self.lag_seconds}
 
 
@@ -158,7 +159,7 @@ class Tracker:
         self._published = now
         try:
             write(self.status())
-        except Exception:  # noqa: BLE001 - a status file must never stop the pipeline
+        except Exception:  # a status file must never stop the pipeline
             log.debug("could not write the pipeline's status file", exc_info=True)
 
     @property

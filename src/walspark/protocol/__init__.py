@@ -97,11 +97,11 @@ __all__ = [
     "datetime_to_pg_timestamp",
     "decode_frame",
     "decode_message",
-    "read_tuple_data",
     "encode_frame",
     "encode_message",
     "encode_tuple",
     "format_lsn",
     "parse_lsn",
     "pg_timestamp_to_datetime",
+    "read_tuple_data",
 ]

@@ -43,7 +43,6 @@ import struct
 from typing import Final
 
 from ._message_decoders import (
-    _DecodeFn,
     _decode_begin,
     _decode_begin_prepare,
     _decode_commit,
@@ -63,6 +62,7 @@ from ._message_decoders import (
     _decode_truncate,
     _decode_type,
     _decode_update_fast,
+    _DecodeFn,
 )
 from ._readers import _error, _read_tuple, _show
 from .errors import ProtocolError

@@ -9,7 +9,7 @@ Keeping them as ints makes decoding cheap and comparisons exact; conversion to t
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 __all__ = [
     "INVALID_LSN",
@@ -26,7 +26,7 @@ INVALID_LSN = 0
 #: The largest representable LSN (``FFFFFFFF/FFFFFFFF``).
 MAX_LSN = (1 << 64) - 1
 #: Microsecond 0 of PostgreSQL's ``TimestampTz``.
-PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 _ONE_US = timedelta(microseconds=1)
 # pg_lsn_in accepts 1-8 hex digits on each side of the slash, in either case.

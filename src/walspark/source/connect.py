@@ -103,7 +103,7 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
         return make(InvalidDsn, "fix that parameter in the connection string (sslmode: disable, allow, prefer, "
                                 "require, verify-ca or verify-full)")
     if "server does not support ssl" in low or "ssl was required" in low or "certificate verify failed" in low \
-            or "root certificate file" in low or "ssl error" in low and "certificate" in low:
+            or "root certificate file" in low or ("ssl error" in low and "certificate" in low):
         return make(TlsFailed, "the server does not offer the TLS the DSN's sslmode requires: enable ssl on the "
                                "server (with a certificate), or choose another sslmode")
     if state in _RETRYABLE_STATES or state.startswith("08") or not state:

@@ -112,7 +112,7 @@ def dsn_params(dsn: str) -> dict[str, str]:
 
     try:
         return {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
-    except Exception as exc:  # psycopg.ProgrammingError; its text may quote the DSN
+    except Exception as exc:  # noqa: BLE001 - psycopg.ProgrammingError; its text may quote the DSN
         raise ValueError(f"invalid connection string {redact_dsn(dsn)!r}: {redact_secrets(str(exc), dsn)}") from None
 
 

@@ -27,8 +27,13 @@ from typing import Literal
 from walspark.protocol.lsn import format_lsn
 
 from .errors import OptionError
-from .names import publication_names_value, quote_repl_ident, quote_repl_literal, validate_publication_name, \
-    validate_slot_name
+from .names import (
+    publication_names_value,
+    quote_repl_ident,
+    quote_repl_literal,
+    validate_publication_name,
+    validate_slot_name,
+)
 
 __all__ = ["ResolvedOptions", "StreamOptions", "max_protocol_version", "start_replication_command"]
 

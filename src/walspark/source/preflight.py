@@ -152,7 +152,7 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                         f"{', '.join(names)!r} copies; GRANT SELECT ON {rows[0][0]} TO {conn.info.user} (for every "
                         "table listed)")
             version = conn.info.server_version
-        except Exception as exc:  # psycopg errors while reading catalogs
+        except Exception as exc:  # noqa: BLE001 - psycopg errors while reading catalogs
             raise error_from_exception(exc, dsn=dsn, what="cannot check the source") from None
     if replication:
         connect_replication(dsn).close()

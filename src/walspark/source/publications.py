@@ -18,9 +18,9 @@ from .connect import error_from_exception
 from .names import validate_publication_name
 
 __all__ = [
+    "ColumnListConflict",
     "PublicationInfo",
     "PublishedRelation",
-    "ColumnListConflict",
     "create_publication",
     "drop_publication",
     "get_publication",

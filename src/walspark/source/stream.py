@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from walspark.protocol.framing import PrimaryKeepalive, StandbyStatusUpdate
@@ -141,7 +141,7 @@ class StreamPositions:
 
 
 def _now_pg() -> int:
-    return datetime_to_pg_timestamp(datetime.now(timezone.utc))
+    return datetime_to_pg_timestamp(datetime.now(UTC))
 
 
 class ReplicationStream:
@@ -616,7 +616,7 @@ class ReplicationStream:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # closing a broken connection may complain; it is gone either way
+            except Exception:  # noqa: BLE001 - closing a broken connection may complain; it is gone either way
                 pass
 
     def _fail(self, error: SourceError) -> SourceError:

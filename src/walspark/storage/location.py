@@ -260,7 +260,7 @@ class Location:
         (an object store's copy is first brought to a local temporary file)."""
         if self.fs is None:
             return open(self.path, "rb", buffering=1 << 20)
-        spool = tempfile.TemporaryFile()  # noqa: SIM115 - returned to the caller, who closes it
+        spool = tempfile.TemporaryFile()  # returned to the caller, who closes it
         try:
             with self.fs.open_input_stream(self.path) as src:
                 while chunk := src.read(8 << 20):

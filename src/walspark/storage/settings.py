@@ -55,7 +55,7 @@ class StorageSettings:
         shown = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None or value is False and f.name == "path_style":
+            if value is None or (value is False and f.name == "path_style"):
                 continue
             shown.append(f"{f.name}={'<redacted>' if f.name in _SECRET else repr(value)}")
         return f"StorageSettings({', '.join(shown)})"

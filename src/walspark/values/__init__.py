@@ -18,8 +18,16 @@ from typing import Any
 from . import oids
 from .arrays import PgArray, format_array
 from .arrow import (
-    ColumnSpec, DecodedColumn, arrow_field, arrow_schema, column_codecs, decode_gathered, decode_tuples, default_registry,
-    to_arrow_array, unchanged_columns_array,
+    ColumnSpec,
+    DecodedColumn,
+    arrow_field,
+    arrow_schema,
+    column_codecs,
+    decode_gathered,
+    decode_tuples,
+    default_registry,
+    to_arrow_array,
+    unchanged_columns_array,
 )
 from .catalog import TYPE_CATALOG_QUERY, register_catalog_rows
 from .codecs import UNCHANGED_TOAST, Codec
@@ -32,11 +40,37 @@ from .registry import ColumnOptions, TypeRegistry, UnknownTypeWarning
 from .spark_types import spark_schema, spark_type
 
 __all__ = [
-    "oids", "Codec", "ColumnOptions", "ColumnSpec", "DecodedColumn", "Interval", "NumericPolicy", "PgArray",
-    "PgDate", "PgTime", "PgTimestamp", "Range", "TypeRegistry", "UnknownTypeWarning", "ValueConversionError",
-    "arrow_field", "arrow_schema", "column_codecs", "decode_gathered", "decode_tuples", "decode_value", "default_registry",
-    "format_array", "spark_schema", "spark_type", "to_arrow_array", "unchanged_columns_array",
-    "RECOMMENDED_SESSION_SETTINGS", "UNCHANGED_TOAST", "TYPE_CATALOG_QUERY", "register_catalog_rows",
+    "RECOMMENDED_SESSION_SETTINGS",
+    "TYPE_CATALOG_QUERY",
+    "UNCHANGED_TOAST",
+    "Codec",
+    "ColumnOptions",
+    "ColumnSpec",
+    "DecodedColumn",
+    "Interval",
+    "NumericPolicy",
+    "PgArray",
+    "PgDate",
+    "PgTime",
+    "PgTimestamp",
+    "Range",
+    "TypeRegistry",
+    "UnknownTypeWarning",
+    "ValueConversionError",
+    "arrow_field",
+    "arrow_schema",
+    "column_codecs",
+    "decode_gathered",
+    "decode_tuples",
+    "decode_value",
+    "default_registry",
+    "format_array",
+    "oids",
+    "register_catalog_rows",
+    "spark_schema",
+    "spark_type",
+    "to_arrow_array",
+    "unchanged_columns_array",
 ]
 
 #: Settings for the replication connection under which every text form is parsed exactly

@@ -8,7 +8,8 @@ codecs (:mod:`._container_codecs`, which delegate to an element's codec) both de
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -27,9 +28,9 @@ class _UnchangedToast:
     """
 
     __slots__ = ()
-    _instance: "_UnchangedToast | None" = None
+    _instance: _UnchangedToast | None = None
 
-    def __new__(cls) -> "_UnchangedToast":
+    def __new__(cls) -> _UnchangedToast:
         if cls._instance is None:
             cls._instance = object.__new__(cls)
         return cls._instance
@@ -48,7 +49,7 @@ UNCHANGED_TOAST = _UnchangedToast()
 class Codec:
     """Base class; see :mod:`walspark.values.codecs`. Subclasses set the decoding functions."""
 
-    __slots__ = ("oid", "name", "arrow_type", "delimiter")
+    __slots__ = ("arrow_type", "delimiter", "name", "oid")
 
     def __init__(self, oid: int, name: str, arrow_type: pa.DataType, delimiter: str = ",") -> None:
         self.oid = oid

@@ -13,8 +13,8 @@ per-value path, the reference, decides. The scalar codecs and the registry's
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -8,7 +8,8 @@ re-exports them.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -37,7 +38,7 @@ class ArrayCodec(Codec):
     reshaped. ``{}`` is an empty list whatever ``ndims`` is.
     """
 
-    __slots__ = ("element", "ndims", "ignore_bounds", "vector")
+    __slots__ = ("element", "ignore_bounds", "ndims", "vector")
 
     def __init__(self, oid: int, name: str, element: Codec, ndims: int = 1, *,
                  ignore_bounds: bool = False, vector: bool = False) -> None:

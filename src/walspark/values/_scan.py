@@ -15,15 +15,15 @@ from typing import Final
 from .errors import ValueConversionError
 
 __all__ = [
-    "to_str",
-    "Reader",
-    "scan_field",
-    "quote_field",
+    "FLOAT8",
     "INT2",
     "INT4",
     "INT8",
     "UINT4",
-    "FLOAT8",
+    "Reader",
+    "quote_field",
+    "scan_field",
+    "to_str",
 ]
 
 INT2: Final = struct.Struct(">h")

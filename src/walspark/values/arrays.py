@@ -19,14 +19,20 @@ value is a :class:`PgArray` carrying the bounds, so nothing is lost.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
 __all__ = [
-    "ParsedArray", "PgArray", "parse_array_text", "decode_array_binary", "nest", "format_array",
+    "ParsedArray",
+    "PgArray",
+    "decode_array_binary",
+    "format_array",
+    "nest",
+    "parse_array_text",
     "parse_vector_text",
 ]
 
@@ -42,7 +48,7 @@ class ParsedArray:
     lower_bounds: tuple[int, ...]
     elements: list[Any]
 
-    def map(self, fn: Callable[[Any], Any]) -> "ParsedArray":
+    def map(self, fn: Callable[[Any], Any]) -> ParsedArray:
         """Decode every non-NULL element with ``fn`` (NULL stays None)."""
         return ParsedArray(self.dims, self.lower_bounds, [None if e is None else fn(e) for e in self.elements])
 

@@ -13,8 +13,9 @@ current value for those columns instead of writing NULL.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,8 +25,16 @@ from .errors import ValueConversionError
 from .registry import DEFAULT_OPTIONS, ColumnOptions, TypeRegistry
 
 __all__ = [
-    "ColumnSpec", "DecodedColumn", "to_arrow_array", "unchanged_columns_array", "arrow_field",
-    "arrow_schema", "column_codecs", "decode_tuples", "decode_gathered", "default_registry",
+    "ColumnSpec",
+    "DecodedColumn",
+    "arrow_field",
+    "arrow_schema",
+    "column_codecs",
+    "decode_gathered",
+    "decode_tuples",
+    "default_registry",
+    "to_arrow_array",
+    "unchanged_columns_array",
 ]
 
 _KINDS = {"n": "n", "u": "u", "t": "t", "b": "b", b"n": "n", b"u": "u", b"t": "t", b"b": "b",

@@ -11,7 +11,7 @@ import re
 from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
-__all__ = ["decode_bit_text", "decode_bit_binary"]
+__all__ = ["decode_bit_binary", "decode_bit_text"]
 
 _BITS = re.compile(r"[01]*\Z")
 

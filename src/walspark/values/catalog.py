@@ -8,12 +8,13 @@ layer runs :data:`TYPE_CATALOG_QUERY` on an ordinary connection and hands the ro
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import oids
 from .registry import TypeRegistry
 
-__all__ = ["TYPE_CATALOG_QUERY", "TEXT_LIKE_EXTENSION_TYPES", "register_catalog_rows"]
+__all__ = ["TEXT_LIKE_EXTENSION_TYPES", "TYPE_CATALOG_QUERY", "register_catalog_rows"]
 
 #: One row per user-defined type (OID >= 16384): enums, domains, composites, ranges and
 #: base types from extensions. Columns, in order: oid, namespace, name, typtype, typarray,

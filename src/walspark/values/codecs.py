@@ -22,22 +22,45 @@ all of these names, as the one place to import codecs from.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._codec_base import UNCHANGED_TOAST, Codec, Fn
-from ._columns import Raw, RawColumn, _Fallback, _utf8_array, raw_array, unpack_column
+
 # Re-exported: names of this module (the registry, arrow.py and the snapshot source import them from here).
-from ._columns import decimal_column, raw_array_from_buffers, raw_list, shifted_column  # noqa: F401
+from ._columns import (  # noqa: F401
+    Raw,
+    RawColumn,
+    _Fallback,
+    _utf8_array,
+    decimal_column,
+    raw_array,
+    raw_array_from_buffers,
+    raw_list,
+    shifted_column,
+    unpack_column,
+)
 from ._container_codecs import ArrayCodec, CompositeCodec, MultirangeCodec, RangeCodec, range_arrow_type
 from .errors import ValueConversionError
 
 __all__ = [
-    "Codec", "ScalarCodec", "TextCodec", "NumberCodec", "BoolCodec", "BinaryCodec",
-    "ArrayCodec", "RangeCodec", "MultirangeCodec", "CompositeCodec", "UnknownCodec", "INTERVAL_ARROW_TYPE",
-    "range_arrow_type", "UNCHANGED_TOAST",
+    "INTERVAL_ARROW_TYPE",
+    "UNCHANGED_TOAST",
+    "ArrayCodec",
+    "BinaryCodec",
+    "BoolCodec",
+    "Codec",
+    "CompositeCodec",
+    "MultirangeCodec",
+    "NumberCodec",
+    "RangeCodec",
+    "ScalarCodec",
+    "TextCodec",
+    "UnknownCodec",
+    "range_arrow_type",
 ]
 
 #: interval in Arrow and Spark: PostgreSQL's three fields, kept apart.
@@ -57,7 +80,7 @@ class ScalarCodec(Codec):
     ``to_python`` and ``to_storage`` turn that into the Python value and the Arrow scalar.
     """
 
-    __slots__ = ("_text", "_binary", "_py", "_store", "_vector_text", "_vector_binary")
+    __slots__ = ("_binary", "_py", "_store", "_text", "_vector_binary", "_vector_text")
 
     def __init__(
         self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn | None,

@@ -12,12 +12,12 @@ field's type OID (uint32) and int32 length (-1: NULL) + its binary value.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ._scan import Reader, quote_field, scan_field, to_str
 from .errors import ValueConversionError
 
-__all__ = ["parse_record_text", "decode_record_binary", "format_record"]
+__all__ = ["decode_record_binary", "format_record", "parse_record_text"]
 
 
 def parse_record_text(data: bytes | str) -> list[str | None]:

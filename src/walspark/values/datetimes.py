@@ -29,13 +29,30 @@ from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
 __all__ = [
-    "PgDate", "PgTimestamp", "PgTime", "InfinityPolicy",
-    "parse_date_text", "decode_date_binary", "date_to_python", "date_to_storage", "format_date",
-    "parse_timestamp_text", "decode_timestamp_binary", "timestamp_to_python",
-    "timestamp_to_storage", "format_timestamp",
-    "parse_time_text", "decode_time_binary", "time_to_python", "format_time",
-    "parse_timetz_text", "decode_timetz_binary", "timetz_to_python", "format_timetz",
-    "days_from_civil", "civil_from_days",
+    "InfinityPolicy",
+    "PgDate",
+    "PgTime",
+    "PgTimestamp",
+    "civil_from_days",
+    "date_to_python",
+    "date_to_storage",
+    "days_from_civil",
+    "decode_date_binary",
+    "decode_time_binary",
+    "decode_timestamp_binary",
+    "decode_timetz_binary",
+    "format_date",
+    "format_time",
+    "format_timestamp",
+    "format_timetz",
+    "parse_date_text",
+    "parse_time_text",
+    "parse_timestamp_text",
+    "parse_timetz_text",
+    "time_to_python",
+    "timestamp_to_python",
+    "timestamp_to_storage",
+    "timetz_to_python",
 ]
 
 InfinityPolicy = Literal["sentinel", "null", "error"]
@@ -52,7 +69,7 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _UNIX_EPOCH = _dt.datetime(1970, 1, 1)
-_UNIX_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_UNIX_EPOCH_UTC = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ORDINAL_1970 = _dt.date(1970, 1, 1).toordinal()
 _PY_MIN_DAY = _dt.date.min.toordinal() - _ORDINAL_1970
 _PY_MAX_DAY = _dt.date.max.toordinal() - _ORDINAL_1970

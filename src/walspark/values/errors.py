@@ -56,7 +56,7 @@ class ValueConversionError(ValueError):
         type_name: str | None = None,
         type_oid: int | None = None,
         value: bytes | str | None = None,
-    ) -> "ValueConversionError":
+    ) -> ValueConversionError:
         """Return a copy with missing context filled in (existing context wins)."""
         return ValueConversionError(
             self.reason,

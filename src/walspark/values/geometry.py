@@ -13,8 +13,13 @@ from .errors import ValueConversionError
 from .scalars import format_float8 as _f
 
 __all__ = [
-    "decode_point_binary", "decode_line_binary", "decode_lseg_binary", "decode_box_binary",
-    "decode_path_binary", "decode_polygon_binary", "decode_circle_binary",
+    "decode_box_binary",
+    "decode_circle_binary",
+    "decode_line_binary",
+    "decode_lseg_binary",
+    "decode_path_binary",
+    "decode_point_binary",
+    "decode_polygon_binary",
 ]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
-__all__ = ["Interval", "parse_interval_text", "decode_interval_binary", "format_interval"]
+__all__ = ["Interval", "decode_interval_binary", "format_interval", "parse_interval_text"]
 
 _INT32_MAX, _INT32_MIN = 2**31 - 1, -(2**31)
 _INT64_MAX, _INT64_MIN = 2**63 - 1, -(2**63)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._scan import Reader
 from .errors import ValueConversionError
 
-__all__ = ["decode_inet_binary", "decode_macaddr_binary", "decode_macaddr8_binary", "format_ipv6"]
+__all__ = ["decode_inet_binary", "decode_macaddr8_binary", "decode_macaddr_binary", "format_ipv6"]
 
 _PGSQL_AF_INET = 2  # AF_INET + 0
 _PGSQL_AF_INET6 = 3  # AF_INET + 1

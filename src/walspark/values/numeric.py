@@ -19,16 +19,16 @@ from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
 __all__ = [
+    "MAX_DECIMAL_PRECISION",
     "NumericPolicy",
-    "decode_numeric_text",
+    "decode_money_binary",
+    "decode_money_text",
     "decode_numeric_binary",
+    "decode_numeric_text",
     "format_numeric",
-    "numeric_typmod",
     "numeric_arrow_type",
     "numeric_to_storage",
-    "decode_money_text",
-    "decode_money_binary",
-    "MAX_DECIMAL_PRECISION",
+    "numeric_typmod",
 ]
 
 MAX_DECIMAL_PRECISION = 38  # Spark DecimalType and Arrow decimal128

@@ -15,15 +15,22 @@ range as int32 length + range_send bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ._scan import Reader, quote_field, scan_field, to_str
 from .errors import ValueConversionError
 
 __all__ = [
-    "Range", "ParsedRange", "parse_range_text", "decode_range_binary", "parse_multirange_text",
-    "decode_multirange_binary", "format_range", "format_multirange",
+    "ParsedRange",
+    "Range",
+    "decode_multirange_binary",
+    "decode_range_binary",
+    "format_multirange",
+    "format_range",
+    "parse_multirange_text",
+    "parse_range_text",
 ]
 
 _EMPTY, _LB_INC, _UB_INC, _LB_INF, _UB_INF = 0x01, 0x02, 0x04, 0x08, 0x10

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,15 +20,27 @@ import pyarrow.compute as pc
 from . import bits, geometry, network, numeric, oids, scalars, textsearch
 from . import datetimes as dt
 from .codecs import (
-    INTERVAL_ARROW_TYPE, ArrayCodec, BinaryCodec, BoolCodec, Codec, CompositeCodec,
-    MultirangeCodec, NumberCodec, RangeCodec, ScalarCodec, TextCodec, UnknownCodec, decimal_column, shifted_column,
+    INTERVAL_ARROW_TYPE,
+    ArrayCodec,
+    BinaryCodec,
+    BoolCodec,
+    Codec,
+    CompositeCodec,
+    MultirangeCodec,
+    NumberCodec,
+    RangeCodec,
+    ScalarCodec,
+    TextCodec,
+    UnknownCodec,
+    decimal_column,
+    shifted_column,
 )
 from .datetimes import InfinityPolicy
 from .errors import ValueConversionError
 from .interval import Interval, decode_interval_binary, parse_interval_text
 from .numeric import NumericPolicy
 
-__all__ = ["ColumnOptions", "TypeRegistry", "UnknownTypeWarning", "BUILTIN_TYPE_NAMES"]
+__all__ = ["BUILTIN_TYPE_NAMES", "ColumnOptions", "TypeRegistry", "UnknownTypeWarning"]
 
 log = logging.getLogger("walspark.values")
 

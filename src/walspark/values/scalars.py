@@ -17,13 +17,33 @@ from ._scan import FLOAT4, FLOAT8, INT2, INT4, INT8, UINT4, Reader, to_str
 from .errors import ValueConversionError
 
 __all__ = [
-    "decode_bool_text", "decode_bool_binary", "decode_int_text", "decode_int2_binary",
-    "decode_int4_binary", "decode_int8_binary", "decode_uint4_binary", "decode_uint8_binary",
-    "decode_float4_text", "decode_float8_text", "decode_float4_binary", "decode_float8_binary",
-    "decode_str", "decode_bytea_text", "decode_bytea_binary", "format_bytea_hex",
-    "format_bytea_escape", "decode_uuid_text", "decode_uuid_binary", "decode_jsonb_binary",
-    "decode_char_binary", "decode_tid_binary", "decode_pg_lsn_binary", "decode_snapshot_binary",
-    "format_float8", "format_float4", "to_float4",
+    "decode_bool_binary",
+    "decode_bool_text",
+    "decode_bytea_binary",
+    "decode_bytea_text",
+    "decode_char_binary",
+    "decode_float4_binary",
+    "decode_float4_text",
+    "decode_float8_binary",
+    "decode_float8_text",
+    "decode_int2_binary",
+    "decode_int4_binary",
+    "decode_int8_binary",
+    "decode_int_text",
+    "decode_jsonb_binary",
+    "decode_pg_lsn_binary",
+    "decode_snapshot_binary",
+    "decode_str",
+    "decode_tid_binary",
+    "decode_uint4_binary",
+    "decode_uint8_binary",
+    "decode_uuid_binary",
+    "decode_uuid_text",
+    "format_bytea_escape",
+    "format_bytea_hex",
+    "format_float4",
+    "format_float8",
+    "to_float4",
 ]
 
 
@@ -119,7 +139,7 @@ def _shortest_digits(x: float, single: bool) -> tuple[str, int]:
                 break
     else:
         s = repr(x)
-    sign, digits, exp = Decimal(s).as_tuple()
+    _, digits, exp = Decimal(s).as_tuple()
     text = "".join(map(str, digits)).rstrip("0") or "0"
     exp = int(exp) + len(digits) - 1  # exponent of the first digit
     return text, exp

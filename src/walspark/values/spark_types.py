@@ -7,7 +7,8 @@ two in step. pyspark is imported inside the functions: ``values`` must not need 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -16,10 +17,10 @@ from .registry import ColumnOptions, TypeRegistry
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["spark_type", "spark_schema"]
+__all__ = ["spark_schema", "spark_type"]
 
 
-def spark_type(arrow_type: pa.DataType) -> "DataType":
+def spark_type(arrow_type: pa.DataType) -> DataType:
     """The Spark type holding exactly the values of ``arrow_type``."""
     from pyspark.sql import types as T
 
@@ -60,7 +61,7 @@ def spark_schema(
     options: ColumnOptions | Mapping[str, ColumnOptions] | None = None,
     *,
     binary: bool = False,
-) -> "StructType":
+) -> StructType:
     """A Spark StructType for Relation columns (or for an Arrow schema from arrow_schema).
 
     Field metadata carries the PostgreSQL type (``pg.type``, ``pg.type_oid``,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._scan import Reader, to_str
 from .errors import ValueConversionError
 
-__all__ = ["decode_tsvector_binary", "decode_tsquery_binary", "quote_lexeme"]
+__all__ = ["decode_tsquery_binary", "decode_tsvector_binary", "quote_lexeme"]
 
 _WEIGHTS = "DCBA"  # WordEntryPos weight 0..3
 _QI_VAL, _QI_OPR = 1, 2

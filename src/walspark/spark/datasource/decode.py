@@ -21,12 +21,11 @@ from pyspark.sql.types import StructType
 from walspark.changes.relations import RelationCache
 from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
-from walspark.values import TypeRegistry
-
 from walspark.spark.datasource.output import OutputShaper, Piece
 from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
 from walspark.spark.datasource.segments import PRELUDE, read_segment
 from walspark.storage import StorageSettings, location
+from walspark.values import TypeRegistry
 
 __all__ = ["DecodeConfig", "TaskDecoder", "decode_segments", "relation_ids"]
 

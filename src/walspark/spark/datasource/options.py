@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from walspark.source.options import StreamOptions
+from walspark.source.publications import publication_list
+from walspark.spark.datasource.schema import parse_table_name
 from walspark.storage import Location, StorageSettings, location
 from walspark.storage.settings import HADOOP_KEYS
-from walspark.source.publications import publication_list
-
-from walspark.spark.datasource.schema import parse_table_name
 
 __all__ = ["OptionsError", "SourceOptions"]
 

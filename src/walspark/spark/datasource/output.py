@@ -24,9 +24,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from walspark.changes.relations import RelationVersion
-from walspark.values import ColumnOptions, TypeRegistry
-
 from walspark.spark.datasource.schema import ENVELOPE_NAMES, MISSING_KEY, OLD_SUFFIX, SAME_AS_KEY, OutputLayout
+from walspark.values import ColumnOptions, TypeRegistry
 
 __all__ = ["OutputShaper", "Piece"]
 

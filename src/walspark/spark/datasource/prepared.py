@@ -60,7 +60,6 @@ from typing import BinaryIO
 from walspark.changes.assembly import CommittedTransaction, PreparedTransaction
 from walspark.changes.spill import Entry
 from walspark.protocol import format_lsn, parse_lsn
-
 from walspark.storage import Location, location
 
 __all__ = ["PreparedEntry", "PreparedStore", "PreparedStoreError"]

@@ -37,11 +37,10 @@ from walspark.changes.assembly import CommittedTransaction, TransactionAssembler
 from walspark.changes.relations import RelationCache
 from walspark.changes.rows import TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
-from walspark.values import TypeRegistry, spark_schema
-
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.schema import OutputLayout, merge_structs
+from walspark.values import TypeRegistry, spark_schema
 
 __all__ = [
     "CapturePartition", "CapturePlan", "CaptureReader", "PeekPartition", "PeekReader", "capture_layout", "decode_rows",
@@ -278,7 +277,6 @@ class PeekReader(DataSourceReader):
         import psycopg
 
         from walspark.protocol import parse_lsn
-
         from walspark.spark.datasource.catalog import catalog_layout
 
         options = self.options

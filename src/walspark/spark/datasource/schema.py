@@ -31,12 +31,11 @@ from walspark.values import TypeRegistry, spark_schema, spark_type
 __all__ = [
     "AMBIGUOUS_KEY",
     "ATTNUM_KEY",
-    "ColumnFacts",
     "DEFAULT_KEY",
+    "ENVELOPE_NAMES",
     "MISSING_KEY",
     "SAME_AS_KEY",
-    "relation_misfit",
-    "ENVELOPE_NAMES",
+    "ColumnFacts",
     "OutputLayout",
     "SchemaChangedError",
     "TableShape",
@@ -48,6 +47,7 @@ __all__ = [
     "merge_structs",
     "parse_table_name",
     "published_tables",
+    "relation_misfit",
 ]
 
 OLD_SUFFIX = ":old"

@@ -48,8 +48,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from walspark.storage import Location, location
 from walspark.spark.datasource.offsets import TxnEntry
+from walspark.storage import Location, location
 
 __all__ = [
     "SCHEMA",
@@ -145,7 +145,7 @@ class SegmentMeta:
 class SegmentBuilder:
     """Rows of the next segment, accumulated column by column (no per-row objects kept)."""
 
-    __slots__ = ("columns", "rows", "bytes", "first_end", "last_end")
+    __slots__ = ("bytes", "columns", "first_end", "last_end", "rows")
 
     def __init__(self) -> None:
         self.columns: tuple[list, ...] = tuple([] for _ in SCHEMA)

@@ -111,7 +111,7 @@ def merge_recorded(name: str, declared: T.StructType | None, recorded: Sequence[
 
     fields: dict[str, T.StructField] = {f.name: f for f in (declared.fields if declared is not None else ())}
     stream = merge_structs(name, list(recorded)) if recorded else T.StructType([])
-    identity: dict[str, str | None | bool] = {}
+    identity: dict[str, str | bool | None] = {}
     if history and declared is not None:
         for shape in recorded:
             for column, found in identify_old_columns(declared, shape, history).items():
@@ -140,7 +140,7 @@ _MAX_PLACEMENTS = 20_000
 
 
 def identify_old_columns(catalog: T.StructType, shape: T.StructType,
-                         history: Mapping[int, str | None]) -> dict[str, str | None | bool]:
+                         history: Mapping[int, str | None]) -> dict[str, str | bool | None]:
     """Which column each column of an older stream shape is now, for those the catalog does not
     name: the catalog column's name (renamed since), None (dropped since) or True (cannot tell).
 
@@ -160,7 +160,7 @@ def identify_old_columns(catalog: T.StructType, shape: T.StructType,
     current = {f.name: int(f.metadata[ATTNUM_KEY]) for f in catalog.fields if ATTNUM_KEY in (f.metadata or {})}
     published = {n: name for name, n in current.items()}
     possible = sorted({n for n, name in history.items() if name is None} | set(published))
-    out: dict[str, str | None | bool] = {}
+    out: dict[str, str | bool | None] = {}
 
     def place(run: list[T.StructField], lo: int, hi: float) -> None:
         between = [n for n in possible if lo < n < hi]

@@ -16,9 +16,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from walspark.spark.datasource.catalog import catalog_layout
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.reader import CaptureReader, PeekReader, capture_layout
-from walspark.spark.datasource.catalog import catalog_layout
 from walspark.spark.datasource.stream_reader import PgoutputStreamReader
 
 __all__ = ["PgoutputDataSource", "register"]
@@ -59,6 +59,6 @@ class PgoutputDataSource(DataSource):
         return PgoutputStreamReader(options, schema)
 
 
-def register(spark) -> None:  # noqa: ANN001 - a SparkSession; typed loosely to keep the import lazy
+def register(spark) -> None:  # a SparkSession; typed loosely to keep the import lazy
     """Make ``format("pgoutput")`` available in ``spark`` (idempotent)."""
     spark.dataSource.register(PgoutputDataSource)

@@ -57,18 +57,30 @@ from walspark.source.dsn import redact_secrets
 from walspark.source.errors import ConnectionLost, SlotInUse
 from walspark.source.options import StreamOptions
 from walspark.source.stream import Reconnected, ReplicationStream
-from walspark.values import TypeRegistry
-
 from walspark.spark.datasource.decode import relation_ids
 from walspark.spark.datasource.offsets import TxnEntry
 from walspark.spark.datasource.prepared import PreparedStore
-from walspark.spark.datasource.schema import OutputLayout, SchemaChangedError, TypeRegistration, apply_registrations, relation_misfit
+from walspark.spark.datasource.schema import (
+    OutputLayout,
+    SchemaChangedError,
+    TypeRegistration,
+    apply_registrations,
+    relation_misfit,
+)
+from walspark.spark.datasource.segments import (
+    SegmentBuilder,
+    SegmentMeta,
+    SegmentName,
+    iter_entries,
+    remove_incomplete_tail,
+    write_segment,
+)
 from walspark.spark.datasource.shapes import record_barrier
-from walspark.spark.datasource.segments import SegmentBuilder, SegmentMeta, SegmentName, iter_entries, remove_incomplete_tail, write_segment
 from walspark.spark.datasource.two_phase import TwoPhaseStaging
 from walspark.storage import Location, location
+from walspark.values import TypeRegistry
 
-__all__ = ["StagingError", "Stager"]
+__all__ = ["Stager", "StagingError"]
 
 log = logging.getLogger(__name__)
 
@@ -443,7 +455,7 @@ class Stager(TwoPhaseStaging):
                 last_housekeeping = clock()
         except _Stop:
             pass
-        except BaseException as exc:  # noqa: BLE001 - reported to the Spark-facing side
+        except BaseException as exc:  # reported to the Spark-facing side
             # One line: the failure itself reaches the user through the query's error; the
             # traceback is for debugging (-vv).
             log.error("stager of slot %s failed: %s", self.slot, redact_secrets(str(exc), self.dsn) or type(exc).__name__)

@@ -40,11 +40,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from walspark.protocol import parse_lsn
-
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
-from walspark.spark.datasource.schema import OutputLayout, SchemaChangedError, TypeRegistration, catalog_registrations, declared_type_oids, published_tables
+from walspark.spark.datasource.schema import (
+    OutputLayout,
+    SchemaChangedError,
+    TypeRegistration,
+    catalog_registrations,
+    declared_type_oids,
+    published_tables,
+)
 from walspark.spark.datasource.staging import Stager
 from walspark.storage import Location, location
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from walspark.changes.assembly import CommittedTransaction, PreparedOutcome, PreparedTransaction
 from walspark.protocol import format_lsn
-
 from walspark.spark.datasource.decode import relation_ids
 from walspark.spark.datasource.prepared import PreparedStore, PreparedStoreError
 

@@ -61,13 +61,13 @@ from walspark.spark.lake.evolution import (
     follow_ddl,
 )
 from walspark.spark.lake.facts import BatchFacts, batch_facts
-from walspark.spark.lake.frames import TableRows
 from walspark.spark.lake.fold import (
     append_only,
     fold_last_per_key,
     keyed_changes,
     resolve_from_moved_keys,
 )
+from walspark.spark.lake.frames import TableRows
 from walspark.spark.lake.tables import table_path
 from walspark.spark.lake.writes import (
     IdempotentWrite,

@@ -52,7 +52,7 @@ def _open(path: str):  # type: ignore[no-untyped-def]
         return DeltaTable(local)
     except TableNotFoundError as exc:
         raise LookupError(path) from exc
-    except Exception as exc:  # noqa: BLE001 - anything else is Spark's to answer
+    except Exception as exc:  # anything else is Spark's to answer
         log.debug("delta-rs cannot read %s: %s", path, exc)
         raise RuntimeError(str(exc)) from exc
 

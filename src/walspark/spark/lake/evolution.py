@@ -116,7 +116,7 @@ _INTEGRAL = ("tinyint", "smallint", "int", "bigint")
 _FLOATING = ("float", "double")
 
 
-def _widening(source: DataType, target: DataType) -> DataType | None | Literal[False]:
+def _widening(source: DataType, target: DataType) -> DataType | Literal[False] | None:
     """How the target column must change to take ``source`` values.
 
     None: as is (same type, or the target is wider and values cast up on write); a DataType: the

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Row
 
 
-from walspark.spark.lake.columns import Mode, validity_struct
+from walspark.spark.lake.columns import validity_struct
 from walspark.spark.lake.frames import OLD_SUFFIX
 from walspark.spark.lake.tables import quote
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 
-from walspark.spark.lake.columns import _P, Mode, change_order, key_column, value_column
+from walspark.spark.lake.columns import _P, change_order, key_column, value_column
 from walspark.spark.lake.evolution import (
     TargetTable,
 )

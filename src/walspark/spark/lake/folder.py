@@ -253,7 +253,7 @@ class Folder:
     def _loop(self) -> None:
         try:  # what an earlier process appended and did not fold: first
             self._fold_all(self._on_disk())
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported at the next batch
             log.warning("fold of what an earlier run left failed: %s", exc)
             self._failure = exc
         while not self._stop.is_set():
@@ -262,7 +262,7 @@ class Folder:
             if tables:
                 try:
                     self._fold_all(tables)
-                except BaseException as exc:  # reported at the next batch; the loop goes on
+                except BaseException as exc:  # noqa: BLE001 - reported at the next batch; the loop goes on
                     log.warning("background fold failed: %s", exc)
                     self._failure = exc
                     if self._stop.wait(max(self.interval, 5.0)):  # never a hot retry loop

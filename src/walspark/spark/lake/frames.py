@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
 
-from walspark.spark.lake.columns import CHANGE_COLUMNS, ENVELOPE_COLUMNS, Mode
+from walspark.spark.lake.columns import CHANGE_COLUMNS, ENVELOPE_COLUMNS
 from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from walspark.storage import Location, location, state_home
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MAINTENANCE_HOURS", "MaintenanceSchedule", "Maintained", "delta_tables", "expire_changes", "maintain"]
+__all__ = ["DEFAULT_MAINTENANCE_HOURS", "Maintained", "MaintenanceSchedule", "delta_tables", "expire_changes", "maintain"]
 
 #: How often a running pipeline maintains its tables unless told otherwise: daily, like the
 #: scheduled OPTIMIZE/VACUUM jobs Delta's documentation recommends. VACUUM lists each table's
@@ -161,7 +161,7 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
                 if expired:
                     notes.append(f"{expired} folded changes expired")
             notes += _optimize_and_vacuum(session, folder.uri, retain_hours, optimize)
-        except Exception as exc:  # one table's failure (a conflict with the pipeline) spares the others
+        except Exception as exc:  # noqa: BLE001 - one table's failure (a conflict with the pipeline) spares the others
             failed = True
             notes.append(f"left as it was: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         files_after, bytes_after = _data_files(folder)

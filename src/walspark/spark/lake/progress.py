@@ -261,11 +261,10 @@ class ProgressTable:
         table = DeltaTable.forPath(self.spark, self.path)
         keys = (
             table.toDF().groupBy("app_id", "schema_name", "table_name")
-            .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"),
-                 F.count(F.lit(1)).alias("n"))  # fmt: skip
+            .agg(F.max("batch_id").alias("batch_id"), F.max("commit_lsn").alias("commit_lsn"), F.count(F.lit(1)).alias("n"))
             .where("n > 1")
             .collect()
-        )
+        )  # fmt: skip
         if not keys:
             return 0
         condition = F.lit(False)

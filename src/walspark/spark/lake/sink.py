@@ -336,7 +336,7 @@ class ApplyChanges:
                     outcomes.append(apply(table, spark))
                 except SchemaEvolutionError as exc:
                     outcomes.append(exc)
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - the table's outcome; reported after the batch
                     outcomes.append(exc)
                     break  # as before: an unexpected failure stops the batch at once
         else:
@@ -345,7 +345,7 @@ class ApplyChanges:
             for future in futures:
                 try:
                     outcomes.append(future.result())
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - the table's outcome; reported after the batch
                     outcomes.append(exc)
         results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
-    "is_delta_table",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
+    "is_delta_table",
     "path_segment",
     "quote",
     "table_path",

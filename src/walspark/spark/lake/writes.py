@@ -23,7 +23,6 @@ from walspark.spark.lake.columns import (
     _TXN_APP_ID,
     _TXN_VERSION,
     _USER_METADATA,
-    Mode,
     key_condition,
     ref,
 )

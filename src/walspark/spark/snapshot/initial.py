@@ -159,7 +159,7 @@ def _estimate(reltuples: float | None, relpages: int | None, pages: int) -> int 
         return None
     if not relpages or relpages <= 0:
         return 0 if pages == 0 else int(reltuples) or None
-    return int(round(reltuples / relpages * pages))
+    return round(reltuples / relpages * pages)
 
 
 def plan_partitions(plan: TablePlan, *, parallelism: int, partition_rows: int = DEFAULT_PARTITION_ROWS,

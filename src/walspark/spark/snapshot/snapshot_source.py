@@ -38,14 +38,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute  # pa.compute
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from walspark import compiled
 
-__all__ = ["CtidRange", "SnapshotFault", "SnapshotSourcePlan", "PgSnapshotDataSource", "register", "copy_query",
-           "read_range", "source_schema"]
+__all__ = [
+    "CtidRange",
+    "PgSnapshotDataSource",
+    "SnapshotFault",
+    "SnapshotSourcePlan",
+    "copy_query",
+    "read_range",
+    "register",
+    "source_schema",
+]
 
 #: Rows per Arrow batch a task yields: big enough to amortise per-batch costs, small enough that
 #: a task's memory stays a few tens of MB whatever the partition size.
@@ -446,9 +454,9 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
 
     Also usable without Spark (the benchmark and tests call it directly).
     """
-    from walspark.source.connect import connect_sql, error_from_exception
-
     import psycopg
+
+    from walspark.source.connect import connect_sql, error_from_exception
 
     if plan.fail_partition is not None and plan.fail_partition == rng.index:
         raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")

@@ -40,8 +40,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.tables import is_delta_table, table_path
-from walspark.storage import location
 from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
+from walspark.storage import location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -399,7 +399,6 @@ class TableSync:
     def _copy_table(self, state: SyncState) -> None:
         from walspark.protocol.lsn import format_lsn
         from walspark.source.slots import create_slot_with_snapshot
-
         from walspark.spark.snapshot.initial import (
             DEFAULT_PARTITION_ROWS,
             SMALL_TABLE_ROWS,
