@@ -129,7 +129,7 @@ class Workload:
 
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
-                next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM shop.orders").fetchone()[0]
+                next_order = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM shop.orders").fetchone()[0]  # type: ignore[index]
                 while not self._stop.wait(1.0 / self.rate):
                     with conn.transaction():
                         next_order = self._one(conn, next_order)

@@ -39,9 +39,10 @@ from __future__ import annotations
 import itertools
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from walspark.protocol import (
     Begin,
@@ -115,7 +116,7 @@ class TransactionAssembler:
         self,
         protocol_version: int,
         *,
-        streaming_parallel: bool = False,
+        streaming_parallel: bool | None = False,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         spill_dir: str | Path | None = None,
         hand_over_prepared: bool = False,
@@ -179,8 +180,8 @@ class TransactionAssembler:
             if len(data) < 5:
                 self._decoder.decode(data, lsn=lsn)  # raises the precise ProtocolError
             (subxid,) = _STREAM_XID.unpack_from(data, 1)
-            txn = self._streamed[self._stream_xid]
-            self._account(txn, txn.buffer.append(lsn, True, subxid, data))
+            streamed = self._streamed[self._stream_xid]
+            self._account(streamed, streamed.buffer.append(lsn, True, subxid, data))
             return []
         txn = self._current
         if txn is None:
@@ -421,7 +422,7 @@ class TransactionAssembler:
             self._owned_spill_dir, self._spill_dir = None, None
 
 
-_CONTROL = {
+_CONTROL: dict[type, Callable[[TransactionAssembler, int, Any], list[Event]]] = {
     Begin: TransactionAssembler._begin,
     Commit: TransactionAssembler._commit,
     Origin: TransactionAssembler._origin,

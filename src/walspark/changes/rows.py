@@ -194,6 +194,7 @@ class ChangeRowBuilder:
             if self.relations.generation != self._generation:  # a Relation changed: look up afresh
                 self._batches.clear()
                 self._generation = self.relations.generation
+            assert env is not None  # else the rows went pure above
             added, seq, item = self.speedups.add_row_changes(  # type: ignore[union-attr]
                 self._batches, messages, numbered, self.protocol_version, *env, seq)
             self.rows += added
@@ -281,7 +282,7 @@ class ChangeRowBuilder:
                 lsn=lsn,
             )
         key = id(version)  # one object per shape and number (see RelationCache._known)
-        pending = self._pending.get(key)
+        pending: Any = self._pending.get(key)  # a _Pending, or the compiled RowBatch
         if pending is None:
             pending = self._pending[key] = (_Pending(version) if self._pure_rows
                                             else self.speedups.RowBatch(version))  # type: ignore[union-attr]

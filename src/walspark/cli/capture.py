@@ -11,7 +11,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -38,7 +38,7 @@ def capture(
     proto_version: int | None,
     binary: bool,
     messages: bool,
-    streaming: str | None,
+    streaming: Literal["off", "on", "parallel"] | None,
     two_phase: bool,
     upto_lsn: str | None,
     upto_nchanges: int | None,
@@ -145,9 +145,9 @@ def _jsonable(name: str, value: Any) -> Any:
 
 
 def _tuple_column(kind: str, data: bytes | None) -> dict[str, str]:
-    if kind == "t":
+    if kind == "t" and data is not None:
         return {"kind": kind, "value": data.decode("utf-8", errors="backslashreplace")}
-    if kind == "b":
+    if kind == "b" and data is not None:
         return {"kind": kind, "value": base64.b64encode(data).decode()}
     return {"kind": kind}
 

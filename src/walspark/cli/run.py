@@ -87,7 +87,7 @@ def run(dsn: str, publication: str, slot: str, target: str, once: bool, scd2: tu
                 spark.stop()
 
 
-def _run_until_done(pipeline, once: bool) -> None:  # type: ignore[no-untyped-def]
+def _run_until_done(pipeline, once: bool) -> None:
     """Run the pipeline in this, the main thread; SIGTERM and Ctrl-C ask it to stop (between
     batches while the query runs; elsewhere they interrupt at once).
 

@@ -105,7 +105,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     if _turned_off() or not location(settings.checkpoint).is_local:
         return False
     try:  # the offset log's metadata line as this session's query would write it
-        metadata = json.loads(spark._jvm.org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata
+        metadata = json.loads(spark._jvm.org.apache.spark.sql.execution.streaming.checkpointing.OffsetSeqMetadata  # type: ignore[union-attr]
                               .apply(0, int(time.time() * 1000), spark._jsparkSession.conf()).json())  # fmt: skip
         conf = metadata["conf"]
         for key in [k for k, v in conf.items() if v is None]:  # a setting left at its default: its value

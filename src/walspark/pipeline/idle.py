@@ -90,11 +90,12 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     fresh = end is None and is_fresh(settings.checkpoint)
     if end is None and not fresh:
         return None
+    # from here, end is None if and only if the checkpoint is fresh
     staging = location(settings.staging)
     barrier = read_barrier(staging)
-    if barrier is not None and (fresh or barrier.end_lsn > end):
+    if barrier is not None and (end is None or barrier.end_lsn > end):
         return None
-    if any(fresh or seg.last_end > end for seg in list_segments(staging / "segments")):
+    if any(end is None or seg.last_end > end for seg in list_segments(staging / "segments")):
         return None
     if any(entry.name != "since.json" for entry in (staging / "prepared").list()):
         return None
@@ -108,7 +109,7 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
         if row is None or (fresh and row[1] is None):
             return None
         now = int(row[0])
-        if fresh:  # where a query's initialOffset would start (stream_reader.PgoutputStreamReader)
+        if end is None:  # fresh: where a query's initialOffset would start (stream_reader.PgoutputStreamReader)
             end = int(row[1])
         rows = transactions = changes = 0
         inside = new = False

@@ -59,21 +59,21 @@ class StreamProgress:
         progress = self
 
         class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event) -> None:  # type: ignore[no-untyped-def]
+            def onQueryStarted(self, event) -> None:
                 progress.started(event)
 
-            def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
+            def onQueryProgress(self, event) -> None:
                 progress.batch(event.progress)
 
-            def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
+            def onQueryIdle(self, event) -> None:
                 progress.idle(event)
 
-            def onQueryTerminated(self, event) -> None:  # type: ignore[no-untyped-def]
+            def onQueryTerminated(self, event) -> None:
                 pass
 
         self.listener = _Listener()
 
-    def batch(self, progress) -> None:  # type: ignore[no-untyped-def]
+    def batch(self, progress) -> None:
         if not self.ours(progress):
             return
         with self._lock:  # batches come in order (the listener's events, then the query's recent ones)
@@ -95,7 +95,7 @@ class StreamProgress:
         rows = progress.numInputRows if taken is None else taken
         self.report(progress.batchId, rows, progress.batchDuration / 1000.0, end)
 
-    def catch_up(self, query) -> None:  # type: ignore[no-untyped-def]
+    def catch_up(self, query) -> None:
         """Say the lines of the ended ``query``'s batches that the listener has not said yet.
 
         Spark posts progress events to listeners asynchronously: the last batch's event may come
@@ -133,12 +133,12 @@ class StreamProgress:
         self.say(f"batch {batch_id}: {rows:,} changes applied in {seconds:.1f}s "
                  f"({format_rate(rows / seconds)} rows/s{note}){lag}")  # fmt: skip
 
-    def started(self, event) -> None:  # type: ignore[no-untyped-def]
+    def started(self, event) -> None:
         """Remember this run's query by id: Spark's idle events carry no name."""
         if self.query_name is None or getattr(event, "name", None) == self.query_name:
             self._query_ids.add(str(event.id))
 
-    def idle(self, event) -> None:  # type: ignore[no-untyped-def]
+    def idle(self, event) -> None:
         """The query found nothing new: up to date. Said once per ``heartbeat_seconds`` of quiet."""
         if self.query_name is not None and str(getattr(event, "id", "")) not in self._query_ids:
             return  # another query of the session
@@ -158,7 +158,7 @@ class StreamProgress:
         lag = "" if lag_bytes is None else f", slot lag {format_bytes(lag_bytes)}"
         self.say(f"up to date: no changes for {format_seconds(now - self._last_change)}{lag}")
 
-    def ours(self, progress) -> bool:  # type: ignore[no-untyped-def]
+    def ours(self, progress) -> bool:
         """Whether a progress event is of this run's query: its name, and a batch begun since."""
         if self.query_name is not None and getattr(progress, "name", self.query_name) != self.query_name:
             return False  # another query of the session
@@ -169,7 +169,7 @@ class StreamProgress:
         from walspark.source.connect import connect_sql
 
         with connect_sql(self.dsn) as conn:
-            return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])
+            return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])  # type: ignore[index]
 
     def _slot_lag_bytes(self) -> int | None:
         """The server's WAL position minus what the slot has confirmed (an idle stream confirms

@@ -75,7 +75,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     tracker = tracker or Tracker()
     progress = progress or StreamProgress(settings.dsn, say, settings.staging, tracker=tracker)
 
-    def apply(batch_df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+    def apply(batch_df, batch_id: int) -> None:
         tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
 
     while not settings.stop.requested.is_set():
@@ -107,7 +107,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
             tracker.phase("streaming")
         settings.stop.deferred = True
         try:
-            while not query.awaitTermination(0.5):  # short steps: a stop request is seen between them
+            while not query.awaitTermination(0.5):  # type: ignore[arg-type]  # seconds, a float too; short steps: a stop request is seen between them
                 if settings.stop.requested.is_set():
                     raise KeyboardInterrupt
                 if not settings.once:  # a --once run maintains after its batches, below

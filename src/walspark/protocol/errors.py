@@ -60,7 +60,7 @@ class ProtocolError(Exception):
             f"offset={self.offset!r}, lsn={self.lsn!r})"
         )
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self):
         # Keyword-only attributes are lost by Exception's default pickling; errors raised on
         # Spark executors must survive the trip back to the driver intact.
         return (_rebuild, (self.reason, self.kind, self.offset, self.lsn))

@@ -109,7 +109,7 @@ class CopyBoth:
         n = self._get(self._conn, self._buf_ref, 1)
         if n > 0:
             try:
-                return ctypes.string_at(self._buf.value, n)
+                return ctypes.string_at(self._buf, n)
             finally:
                 self._lib.PQfreemem(self._buf)
         if n == 0:

@@ -186,9 +186,9 @@ class DuplicateFilter:
                 return None
             message = self._decode(item, in_stream=False)
             if self._txn_xid is not None:
-                self._delivered(self._txn_xid, message.end_lsn)  # type: ignore[union-attr]
+                self._delivered(self._txn_xid, message.end_lsn)
             else:
-                self.delivered_lsn = max(self.delivered_lsn, message.end_lsn)  # type: ignore[union-attr]
+                self.delivered_lsn = max(self.delivered_lsn, message.end_lsn)
             return item
         if self._dropping_txn:
             return item if kind == _R or kind == _Y else None
@@ -216,7 +216,7 @@ class DuplicateFilter:
         if len(self._delivered_xids) > self._max_xids:
             del self._delivered_xids[next(iter(self._delivered_xids))]
 
-    def _decode(self, item: RawMessage, *, in_stream: bool):  # type: ignore[no-untyped-def]
+    def _decode(self, item: RawMessage, *, in_stream: bool):
         return decode_message(item.payload, protocol_version=self.protocol_version, in_stream=in_stream,
                               parallel_abort=self.streaming_parallel if self.protocol_version >= 4 else False,
                               lsn=item.data_start)

@@ -108,7 +108,8 @@ class StreamOptions:
         proto = self.proto_version if self.proto_version is not None else top
         if proto > top:
             raise OptionError(f"proto_version {proto} needs a newer server: PostgreSQL {major} speaks up to {top}")
-        streaming = self.streaming if self.streaming is not None else ("on" if proto >= 2 else "off")
+        # a bool was made "on"/"off" when the options were made
+        streaming: Streaming = self.streaming if isinstance(self.streaming, str) else ("on" if proto >= 2 else "off")
         if streaming != "off" and proto < 2:
             raise OptionError(f"streaming={streaming} needs proto_version >= 2 (PostgreSQL 14+), got {proto}")
         if streaming == "parallel" and proto < 4:

@@ -121,7 +121,7 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
         raise InvalidDsn(f"{exc}; use key=value pairs (host=... dbname=...) or a postgresql:// URI") from None
     with connect_sql(dsn) as conn:
         try:
-            level = conn.execute("SHOW wal_level").fetchone()[0]
+            level = conn.execute("SHOW wal_level").fetchone()[0]  # type: ignore[index]
             if level != "logical":
                 raise WalLevelNotLogical(
                     f"wal_level is {level!r} on the server: logical decoding needs wal_level = logical"

@@ -189,6 +189,8 @@ def create_slot(conn: Any, name: str, *, temporary: bool = False, two_phase: boo
     major = conn.info.server_version // 10000
     if two_phase and major < 14:
         raise OptionError(f"two_phase slots need PostgreSQL 14+, server is {major}")
+    query: str
+    params: tuple[object, ...]
     if major >= 14:
         query, params = ("SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s, %s)",
                          (name, PLUGIN, temporary, two_phase))

@@ -108,7 +108,7 @@ finally:
 """
 
 
-def build(*, say=print) -> Path | None:  # type: ignore[no-untyped-def]
+def build(*, say=print) -> Path | None:
     """Make this environment's archive (about a minute); returns its path, None if it failed.
 
     A failure is not an error: walspark runs the same without the archive, only slower to start.

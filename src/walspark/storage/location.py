@@ -271,7 +271,7 @@ class Location:
                 raise FileNotFoundError(self.uri) from None
             raise
         spool.seek(0)
-        return spool  # type: ignore[return-value]
+        return spool
 
     # ------------------------------------------------------------------ writes
 

@@ -69,7 +69,7 @@ class StorageSettings:
         got = {name: plain.get(key) or None for name, key in HADOOP_KEYS.items()}
         path_style = got.pop("path_style")
         ssl = got.pop("ssl")
-        return cls(**got, path_style=(path_style or "").lower() in _TRUE,  # type: ignore[arg-type]
+        return cls(**got, path_style=(path_style or "").lower() in _TRUE,
                    ssl=None if ssl is None else ssl.lower() in _TRUE)
 
     @classmethod

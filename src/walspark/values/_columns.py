@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,7 +25,7 @@ from walspark import compiled
 Raw = bytes  # pgoutput hands values over as bytes
 #: A column of raw values: bytes per row (None for no value), or the same as an Arrow binary
 #: array (the compiled hot path builds that from the message buffers, no object per value).
-RawColumn = Sequence[Raw | None] | pa.BinaryArray
+RawColumn: TypeAlias = Sequence[Raw | None] | pa.BinaryArray
 
 
 class _Fallback(Exception):

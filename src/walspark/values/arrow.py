@@ -44,9 +44,12 @@ _KINDS = {"n": "n", "u": "u", "t": "t", "b": "b", b"n": "n", b"u": "u", b"t": "t
 class ColumnSpec(Protocol):
     """What a Relation message's column offers (walspark.protocol.RelationColumn fits)."""
 
-    name: str
-    type_oid: int
-    type_modifier: int
+    @property
+    def name(self) -> str: ...
+    @property
+    def type_oid(self) -> int: ...
+    @property
+    def type_modifier(self) -> int: ...
 
 
 _DEFAULT_REGISTRY = TypeRegistry()

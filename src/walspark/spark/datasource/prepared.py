@@ -125,7 +125,7 @@ class _StoredMessages:
         self.file.close()
 
 
-def _read_header(f, path: Location) -> dict:  # type: ignore[no-untyped-def]
+def _read_header(f, path: Location) -> dict:
     if f.read(len(_MAGIC)) != _MAGIC:
         raise PreparedStoreError(f"{path} is not a walspark prepared-transaction file")
     raw = f.read(_LEN.size)
@@ -181,20 +181,20 @@ class PreparedStore:
         for key in sorted(data.keys() | marks.keys()):
             found = sorted(marks.get(key, []), key=lambda m: m[0])
             end = found[-1][0] if found else None
-            path = data.get(key)
+            stored = data.get(key)
             if end is not None and end <= self._watermark:  # Spark has it (a release cut short)
                 if tidy:
-                    if path is not None:
-                        path.delete()
+                    if stored is not None:
+                        stored.delete()
                     for _, mark in found:
                         mark.delete()
                 continue
-            if path is None:  # an older store's committed entry: the mark holds the data
-                path = found[-1][1]
+            if stored is None:  # an older store's committed entry: the mark holds the data
+                stored = found[-1][1]
             elif tidy:
                 for _, mark in found[:-1]:  # a crash between a new mark and the old one's removal
                     mark.delete()
-            entries[key] = PreparedEntry(key, path, end)
+            entries[key] = PreparedEntry(key, stored, end)
         with self._lock:
             self._entries = entries
         pending = sum(1 for e in entries.values() if e.committed_end is None)

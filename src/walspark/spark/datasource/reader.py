@@ -20,6 +20,7 @@ to a file first and read that in parallel.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: in
     rels: dict[int, tuple[bool, bytes, int | None]] = {}
     types: dict[int, tuple[bool, bytes, int | None]] = {}
     shapes: dict[str, list[StructType]] = {}
-    seen_shapes: set[tuple[str, int]] = set()
+    seen_shapes: set[tuple[int, int]] = set()  # (relation id, version)
 
     def apply(in_stream: bool, data: bytes, lsn: int) -> None:
         message = decode_message(data, protocol_version=proto, in_stream=in_stream, parallel_abort=None, lsn=lsn)
@@ -189,12 +190,16 @@ def _capture_chunks(path: str) -> Iterator[tuple[int, Callable[[], pa.Table | pa
         reader = ipc.open_file(pa.memory_map(path))
         for i in range(reader.num_record_batches):
             batch = reader.get_batch(i)  # memory-mapped: no copy until sliced and converted
-            yield batch.num_rows, (lambda b=batch: b)
+            yield batch.num_rows, functools.partial(_same, batch)
     else:
         parquet = pq.ParquetFile(path)
         for g in range(parquet.metadata.num_row_groups):
             yield (parquet.metadata.row_group(g).num_rows,
-                   lambda g=g: parquet.read_row_group(g, columns=["lsn", "data"]))
+                   functools.partial(parquet.read_row_group, g, columns=["lsn", "data"]))
+
+
+def _same(value: pa.RecordBatch) -> pa.RecordBatch:
+    return value
 
 
 def iter_capture_rows(path: str, start: int, end: int) -> Iterator[tuple[int, bytes]]:
@@ -284,7 +289,7 @@ class PeekReader(DataSourceReader):
         with psycopg.connect(options.dsn, autocommit=True) as conn:
             resolved = options.stream_options().resolve(conn.info.server_version)
             _, registrations = catalog_layout(conn, options.publications, options.table, binary=options.binary)
-            (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or (None,)
         config = DecodeConfig(resolved.proto_version, resolved.streaming_parallel, resolved.binary,
                               tuple(registrations))
         return [PeekPartition(options.dsn, options.slot, tuple(resolved.plugin_options()), parse_lsn(upto), config)]

@@ -44,6 +44,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -191,12 +192,12 @@ class SegmentBuilder:
         for i, f in enumerate(SCHEMA):
             values = self.columns[i]
             if pre:
-                head: list = {
+                heads: dict[int, list[Any]] = {
                     0: [PRELUDE] * len(pre), 1: [0] * len(pre), 2: [0] * len(pre), 3: [0] * len(pre),
                     4: [None] * len(pre), 5: [p[0] for p in pre], 6: [0] * len(pre), 7: [p[3] for p in pre],
                     8: [p[1] for p in pre], 9: [p[2] for p in pre],
-                }[i]  # fmt: skip
-                values = head + values
+                }  # fmt: skip
+                values = heads[i] + values
             cols.append(pa.array(values, f.type))
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 

@@ -94,7 +94,7 @@ _IDLE_MARK = "idle-confirmed"
 _COMMITTED = "committed-end"
 
 
-def note_committed_end(directory: str | Path, end_lsn: int) -> None:
+def note_committed_end(directory: str | Path | Location, end_lsn: int) -> None:
     """Tell the stager under ``directory`` that Spark's commit log holds a batch ending at ``end_lsn``.
 
     Spark calls the source's ``commit(end)`` for batch N only when it plans batch N+1, so after
@@ -108,7 +108,7 @@ def note_committed_end(directory: str | Path, end_lsn: int) -> None:
     (location(directory) / _COMMITTED).write_text(format_lsn(end_lsn), durable=False)
 
 
-def record_idle_mark(directory: str | Path, lsn: int) -> None:
+def record_idle_mark(directory: str | Path | Location, lsn: int) -> None:
     """Write down that the slot is being confirmed to ``lsn`` while nothing is pending (the
     stream's idle keepalive, or a ``--once`` run that found nothing: :mod:`walspark.pipeline.idle`),
     before it is. A restarted query tells such a slot, ahead of its checkpoint with nothing in
@@ -444,11 +444,11 @@ class Stager(TwoPhaseStaging):
                         self._seen = data_start
                     for event in assembler.feed(data_start, item.payload):  # type: ignore[union-attr]
                         if event.__class__ is CommittedTransaction:
-                            self._stage(event)  # type: ignore[arg-type]
+                            self._stage(event)
                         elif event.__class__ is PreparedTransaction:
-                            self._store_prepared(event)  # type: ignore[arg-type]
+                            self._store_prepared(event)
                         elif event.__class__ is PreparedOutcome:
-                            self._prepared_outcome(event)  # type: ignore[arg-type]
+                            self._prepared_outcome(event)
                     if clock() - last_housekeeping < 0.05:
                         continue  # busy: housekeeping at most every 50 ms
                 last_ping = self._housekeeping(stream, last_ping)

@@ -123,12 +123,13 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # the declared schema may hold stream shapes the catalog no longer has (see .shapes)
                 oids = {oid for s in shapes for _, oid, _ in s.columns} | declared_type_oids(self.schema)
                 self._registrations = catalog_registrations(conn, oids)
-            assert o.dsn and o.slot and o.staging_path
+            staging = o.staging_location()
+            assert o.dsn and o.slot and staging is not None
             self._stager = Stager(
                 dsn=o.dsn,
                 slot=o.slot,
                 stream_options=o.stream_options(),
-                directory=o.staging_location(),
+                directory=staging,
                 layout=OutputLayout.from_schema(self.schema, o.table),
                 registrations=self._registrations,
                 segment_max_rows=o.segment_max_rows,

@@ -33,6 +33,8 @@ from walspark.spark.datasource.prepared import PreparedStore, PreparedStoreError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from walspark.storage import Location
+
 __all__ = ["PreparedLostError", "TwoPhaseStaging", "release_committed_prepared"]
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,7 @@ class TwoPhaseStaging:
 
     # Provided by the Stager.
     slot: str
-    directory: Path
+    directory: Location
     stats: dict[str, int]
     _prepared: PreparedStore
     _rels: dict[int, _PreludeRow]
@@ -117,7 +119,7 @@ class TwoPhaseStaging:
                     touched.update(relation_ids(data, in_stream))
             rels, types = self._rels, self._types
             prelude = [row[:3] for row in types.values()] + [rels[r][:3] for r in sorted(touched) if r in rels]
-            self._prepared.put(txn, prelude)  # type: ignore[arg-type]
+            self._prepared.put(txn, prelude)
             self.stats["prepared"] += 1
             log.debug("stager of slot %s: stored prepared transaction %r (xid %d)", self.slot, txn.gid, txn.xid)
             for lsn, in_stream, data in txn.messages():

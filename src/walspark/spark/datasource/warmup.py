@@ -54,7 +54,7 @@ class WarmupSource(DataSource):
     def schema(self) -> str:
         return "x int"
 
-    def reader(self, schema) -> DataSourceReader:  # type: ignore[no-untyped-def]
+    def reader(self, schema) -> DataSourceReader:
         return _Reader()
 
 

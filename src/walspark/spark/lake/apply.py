@@ -40,6 +40,7 @@ values by position, never by splicing names into string literals.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -160,7 +161,7 @@ def _apply_table(
     SCD1 batch is then merged from there (:mod:`.driver_merge`), and ``batch_df``, when given as
     :class:`.TableRows`, is never built as a Spark DataFrame.
     """
-    from walspark.spark.lake.identity import arrow_identity_runs, identity_runs, run_rows, run_step
+    from walspark.spark.lake.identity import arrow_identity_runs, identity_runs, run_step
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
@@ -205,10 +206,10 @@ def _apply_table(
     if arrow is not None and mode == "scd1" and rows is given and not columnless:
         split = arrow_identity_runs(arrow, facts)
         starts = [start for start, _, _ in split]
-        runs = [(lambda i=i: run_rows(rows.frame(), starts, i), part_facts, part)
+        runs = [(functools.partial(_run_frame, rows, starts, i), part_facts, part)
                 for i, (_, part, part_facts) in enumerate(split)]  # fmt: skip
     else:
-        runs = [(lambda part=part: part, part_facts, None)
+        runs = [(functools.partial(_same, part), part_facts, None)
                 for part, part_facts in identity_runs(rows.frame(), facts)]  # fmt: skip
     engines = []
     for i, (part, part_facts, part_arrow) in enumerate(runs):
@@ -231,6 +232,17 @@ def _apply_table(
     log.info("%s.%s: batch %d, %d change row(s) applied in %.2f s (%s)", schema, name, batch_id, facts.rows,
              time.monotonic() - began, ", ".join(engines))  # fmt: skip
     return result, record
+
+
+def _run_frame(rows: TableRows, starts: list[tuple[int, int]], i: int) -> DataFrame:
+    """The DataFrame of a batch's ``i``-th identity run, built when a Spark write asks for it."""
+    from walspark.spark.lake.identity import run_rows
+
+    return run_rows(rows.frame(), starts, i)
+
+
+def _same(frame: DataFrame) -> DataFrame:
+    return frame
 
 
 def _say_keyless(tgt: TargetTable) -> None:

@@ -145,7 +145,7 @@ class ChangeLog:
         from walspark.spark.lake import driver_append
 
         # a table without columns has an empty _old, which Delta cannot store: left out
-        fields = [f for f in rows.schema.fields if f.name != "_old" or f.dataType.fields]
+        fields = [f for f in rows.schema.fields if f.name != "_old" or f.dataType.fields]  # type: ignore[attr-defined]
         key = f"{self.path}\0shape"
         current = known.get(key) if known is not None else None
         if current is None:

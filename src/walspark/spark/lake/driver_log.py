@@ -37,7 +37,7 @@ def local_path(path: str) -> str | None:
     return None if "://" in path or "%" in path else path
 
 
-def _open(path: str):  # type: ignore[no-untyped-def]
+def _open(path: str):
     """The table at ``path`` as delta-rs sees it; raises ``LookupError`` when it is not one, and
     ``RuntimeError`` when delta-rs cannot answer (not installed, remote, unreadable)."""
     local = local_path(path)

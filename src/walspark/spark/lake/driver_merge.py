@@ -114,7 +114,7 @@ def _appends(facts: BatchFacts) -> bool:
     return facts.inserts == facts.rows and not facts.truncates
 
 
-def writable(table) -> bool:  # type: ignore[no-untyped-def]
+def writable(table) -> bool:
     """Whether delta-rs writes this table (a ``deltalake.DeltaTable``) exactly as Spark would."""
     protocol = table.protocol()
     features = set(protocol.writer_features or ()) | set(protocol.reader_features or ())
@@ -196,7 +196,7 @@ def unchanged_column(position: int) -> str:
     return f"{_P}u{position}"
 
 
-def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[str]) -> bool:  # type: ignore[no-untyped-def]
+def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[str]) -> bool:
     """Whether the target (a ``deltalake.DeltaTable``) holds the key of every folded row that
     keeps a value of its own (an update with one of ``flags``, its ``__ws_u<i>``, set): the MERGE
     would otherwise have nothing to keep and insert NULL (see :func:`_matching_rows`)."""
@@ -223,7 +223,7 @@ def _targets_hold(table, source: pa.Table, keys: Sequence[str], flags: Sequence[
 _SCAN_ROWS = 1_000_000
 
 
-def _matching_rows(table, wanted: pa.Table) -> pa.Table | None:  # type: ignore[no-untyped-def]
+def _matching_rows(table, wanted: pa.Table) -> pa.Table | None:
     """The target's rows (a ``deltalake.DeltaTable``), in ``wanted``'s columns and types, whose
     value of each column is among ``wanted``'s (NULL among them matching NULL); None: not read
     here (partitioned, over :data:`_SCAN_ROWS` rows, a column or type the files do not have),
@@ -265,7 +265,7 @@ def _matching_rows(table, wanted: pa.Table) -> pa.Table | None:  # type: ignore[
         return None
 
 
-def _last(last: dict, key: tuple, change: tuple) -> None:  # type: ignore[type-arg]
+def _last(last: dict, key: tuple, change: tuple) -> None:
     if key not in last or last[key][0] < change[0]:
         last[key] = change
 
@@ -330,15 +330,15 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         if not _targets_hold(table, source, facts.keys, [unchanged_column(i) for i in kept]):
             _keep(local, identity, table)
             return False  # Spark's path stops the table, naming the key (.unchanged)
-        columns = {_quote(n): f"s.{_quote(n)}" for n in names}
-        update = columns | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
+        values = {_quote(n): f"s.{_quote(n)}" for n in names}
+        update = values | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
                             for i, n in kept.items()} | {_quote(n): "NULL" for n in dropped}  # fmt: skip
         on = " AND ".join(f"t.{_quote(k)} = s.{_quote(key_column(i))}" for i, k in enumerate(facts.keys))
         op = f"s.{_quote(_P + 'op')}"
         merge = (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
                  .when_matched_delete(f"{op} = 'D'")
                  .when_matched_update(update, f"{op} <> 'D'")
-                 .when_not_matched_insert(columns, f"{op} <> 'D'"))  # fmt: skip
+                 .when_not_matched_insert(values, f"{op} <> 'D'"))  # fmt: skip
         if facts.truncates:  # the rows the TRUNCATE removed and no later change brought back
             merge = merge.when_not_matched_by_source_delete()
         merge.execute()
@@ -385,7 +385,7 @@ def multiset_counts(rows: pa.Table, names: Sequence[str]) -> pa.Table:
     return counts.filter(pc.not_equal(counts.column(n_col), 0))
 
 
-def _held_counts(table, counts: pa.Table, names: Sequence[str]) -> dict[tuple, int] | None:  # type: ignore[no-untyped-def]
+def _held_counts(table, counts: pa.Table, names: Sequence[str]) -> dict[tuple, int] | None:
     """How many rows of each value of ``counts`` the target holds (:func:`_matching_rows`)."""
     held = _matching_rows(table, counts.select(list(names)))
     if held is None:
@@ -396,7 +396,7 @@ def _held_counts(table, counts: pa.Table, names: Sequence[str]) -> dict[tuple, i
     return found
 
 
-def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence[str], types: dict,  # type: ignore[no-untyped-def]
+def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence[str], types: dict,
                     properties, truncated: bool) -> bool:  # fmt: skip
     """A multiset batch (see :func:`multiset_counts`) in one delta-rs MERGE, as
     :func:`.writes.merge_multiset` makes it through Spark: a value that lost rows is deleted and
@@ -437,7 +437,7 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
     return True
 
 
-def _open(local: str):  # type: ignore[no-untyped-def]
+def _open(local: str):
     """The table at ``local``, caught up from where this process last saw it, or read afresh; and
     its log's identity (None: not to be kept). Taken out of :data:`_seen` while in use, so two
     threads never share one (a second one reads its own)."""

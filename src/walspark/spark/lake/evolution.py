@@ -379,7 +379,7 @@ def _fill_missing(tgt: TargetTable, columns: Sequence[StructField]) -> None:
      .whenMatchedUpdate(set={quote(f.name): f"s.v{i}" for i, f in enumerate(columns)}).execute())
 
 
-def _renamed(old: str, new: str):  # type: ignore[no-untyped-def]
+def _renamed(old: str, new: str):
     """A one-argument function for ``F.transform``: the element ``old`` becomes ``new``."""
     from pyspark.sql import functions as F
 

@@ -12,7 +12,7 @@ import logging
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -96,7 +96,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
     ]
 
 
-def _facts_from_row(row: Row, table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
+def _facts_from_row(row: Row | dict[str, Any], table: tuple[str, str], keys: Sequence[str] | None) -> BatchFacts:
     truncates = tuple(sorted((Truncate(t[0], t[1], t[2]) for t in row["truncs"]),
                              key=lambda t: (t.commit_lsn, t.seq)))  # fmt: skip
     replica = tuple(row["key"] or ())

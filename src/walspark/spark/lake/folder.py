@@ -145,7 +145,7 @@ class Folder:
             with self._lock(table):
                 return self._fold(table, session or self._session())
         finally:
-            context.setLocalProperty(_POOL, pool)  # a drain runs in the stream's thread: give it back
+            context.setLocalProperty(_POOL, pool)  # type: ignore[arg-type]  # None unsets it; a drain runs in the stream's thread: give it back
 
     def _session(self) -> SparkSession:
         """A session of its own: the transaction id of an idempotent write is a session setting."""

@@ -107,7 +107,7 @@ def table_changes(df: DataFrame, schema: str, table: str) -> DataFrame:
         return df.where(mine)
     name = f"{schema}.{table}"
     new = F.col(quote(name))
-    fields = df.schema[name].dataType.fields
+    fields = df.schema[name].dataType.fields  # type: ignore[attr-defined]  # a struct column
     return df.where(mine).select(
         *ENVELOPE_COLUMNS,
         *[new.getField(f.name).alias(f.name, metadata=f.metadata) for f in fields],

@@ -213,7 +213,7 @@ class ProgressTable:
             )
             known[key] = Progress(max(r.batch_id, previous.batch_id if previous else r.batch_id), lsn)
 
-    def _driver_append(self, rows: list[tuple[object, ...]]) -> bool:
+    def _driver_append(self, rows: Sequence[tuple[object, ...]]) -> bool:
         """Append ``rows`` from the driver (delta-rs); False: the table is left to Spark. Every
         :data:`COMPACT_EVERY` such appends the table's small files are bin-packed, as Delta's auto
         compaction does after Spark's appends."""

@@ -84,7 +84,7 @@ def merge_scd1(target: TargetTable, source: DataFrame, keys: Sequence[str], name
     update.update({quote(c): "NULL" for c in dropped})
     merge = DeltaTable.forPath(target.spark, target.path).alias("t").merge(source.alias("s"), key_condition(keys))
     if keys:
-        merge = merge.whenMatchedDelete(condition=is_delete).whenMatchedUpdate(condition=not_delete, set=update)
+        merge = merge.whenMatchedDelete(condition=is_delete).whenMatchedUpdate(condition=not_delete, set=update)  # type: ignore[arg-type]
     merge = merge.whenNotMatchedInsert(condition=not_delete, values={quote(c): ref("s", c) for c in names})
     if truncated:
         merge = merge.whenNotMatchedBySourceDelete()

@@ -511,6 +511,7 @@ def _written_rows(spark: SparkSession, path: str) -> int:
             raise LookupError(path)
         latest = max((e for e in log_dir.list() if e.name[:1].isdigit() and e.name.endswith(".json")),
                      key=lambda e: e.name).local_path
+        assert latest is not None  # a local log
         for line in latest.read_text().splitlines():
             entry = json.loads(line)
             if "commitInfo" in entry:

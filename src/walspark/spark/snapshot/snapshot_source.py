@@ -431,7 +431,7 @@ class _Decoder:
         """Decode rows (text COPY) or columns of raw values (binary COPY) with the codecs."""
         arrays = []
         ready = ready or {}
-        cols = columns if columns is not None else list(zip(*rows)) if rows else [[] for _ in self.names]
+        cols: list[Any] = columns if columns is not None else list(zip(*rows)) if rows else [[] for _ in self.names]
         for j, (codec, values) in enumerate(zip(self.codecs, cols, strict=True)):
             if j in ready:
                 arr = ready[j]
@@ -512,7 +512,7 @@ class _Reader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(asdict(r)) for r in self.plan.ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_range(self.plan, _range(partition.value))
 
 

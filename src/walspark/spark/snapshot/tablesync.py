@@ -476,7 +476,7 @@ class TableSync:
         if is_delta_table(pending):
             spark = self._handoff_session
             log_df = spark.read.format("delta").load(pending)
-            through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]
+            through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]  # type: ignore[index]  # an aggregate: one row
             copied = self._copied(state, log_df.drop(BATCH_COLUMN), spark)
             if copied is None:  # its changes so far are in the new copy, later ones in its own log
                 self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy", again=True)

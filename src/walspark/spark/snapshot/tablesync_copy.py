@@ -226,15 +226,15 @@ def committed_waves(spark: SparkSession, path: str, saved: CopyPlan) -> list[Wav
 def _history(spark: SparkSession, path: str, after: int) -> list[tuple[int, str, dict[str, Any]]]:
     """``(version, userMetadata, operationMetrics)`` of the table's commits after ``after``: read
     by delta-rs where the table is local (no Spark job), else by Spark."""
+    from walspark.spark.lake.driver_log import local_path
     from walspark.spark.snapshot import driver_copy
 
-    if driver_copy.enabled(path):
+    local = local_path(path) if driver_copy.enabled(path) else None
+    if local is not None:
         from deltalake import DeltaTable
 
-        from walspark.spark.lake.driver_log import local_path
-
         try:
-            history = DeltaTable(local_path(path)).history()
+            history = DeltaTable(local).history()
         except Exception as exc:  # noqa: BLE001 - a table delta-rs cannot open is Spark's to read
             log.debug("%s: history read by Spark (%s)", path, exc)
         else:
@@ -272,7 +272,7 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
                   f"AS SELECT * FROM `{view}`")  # fmt: skip
     finally:
         spark.catalog.dropTempView(view)
-    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])
+    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])  # type: ignore[index]  # just written
 
 
 def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consistent_point: int,
@@ -289,17 +289,17 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     from walspark.spark.snapshot.initial import SMALL_TABLE_ROWS, SnapshotProgress, _written_rows, source_plan
     from walspark.spark.snapshot.snapshot_source import begin_in_snapshot, source_schema
 
-    saved = CopyPlan.load(plan_path)
+    loaded = CopyPlan.load(plan_path)
+    saved = loaded if loaded is not None and loaded.gen == gen else None  # this generation's plan
     shape = shape_of(plan)
     base = source_plan(dsn, snapshot_name, plan, catalog)
-    ours = saved is not None and saved.gen == gen
-    waves = committed_waves(spark, path, saved) if ours else []
+    waves = committed_waves(spark, path, saved) if saved is not None else []
     restart = None
-    if ours and saved.shape != shape:
+    if saved is not None and saved.shape != shape:
         restart = "its columns, row filter or partitions changed since the copy began"
-    elif ours and waves and not saved.keys:
+    elif saved is not None and waves and not saved.keys:
         restart = "it has no primary key or replica identity index to resume by"
-    if not ours or restart:
+    if saved is None or restart:
         if restart:
             say(f"copy of {plan.qualified} starts over: {restart}")
         with connect_sql(dsn) as conn:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from walspark.spark.lake.tables import is_delta_table, path_segment, table_path
 from walspark.storage import Location, state_home
@@ -81,11 +82,11 @@ class SyncState:
 
     @staticmethod
     def from_dict(d: dict[str, object]) -> SyncState:
-        d = dict(d)
-        d["signature"] = tuple(d.get("signature") or ())  # type: ignore[arg-type]
-        d["cuts"] = tuple(tuple(c) for c in d.get("cuts") or ())  # type: ignore[union-attr]
-        d["cut_keys"] = tuple(d.get("cut_keys") or ())  # type: ignore[arg-type]
-        return SyncState(**d)  # type: ignore[arg-type]
+        fields: dict[str, Any] = dict(d)
+        fields["signature"] = tuple(fields.get("signature") or ())
+        fields["cuts"] = tuple(tuple(c) for c in fields.get("cuts") or ())
+        fields["cut_keys"] = tuple(fields.get("cut_keys") or ())
+        return SyncState(**fields)
 
 
 @dataclass
@@ -169,7 +170,7 @@ class SyncStore:
                 tables = [tuple(t) for t in json.loads(path.read_bytes())["tables"]]
             except (OSError, ValueError, KeyError):
                 continue  # a file being written by hand; only renamed files count
-            yield path, tables  # type: ignore[misc]
+            yield path, tables
 
 
 class UnknownTable(ValueError):
