@@ -131,7 +131,7 @@ def apply_changes(
         facts = batch_facts(batch_df, table, keys)
         if facts is None:
             return None
-        result, record = _apply_table(batch_df.sparkSession, batch_df, batch_id, facts, target=target, mode=mode,
+        result, record = apply_table(batch_df.sparkSession, batch_df, batch_id, facts, target=target, mode=mode,
                                       app_id=app_id)  # fmt: skip
         if record is not None:
             ProgressTable(batch_df.sparkSession, target).record_many([record])
@@ -140,7 +140,7 @@ def apply_changes(
         batch_df.unpersist()
 
 
-def _apply_table(
+def apply_table(
     spark: SparkSession,
     batch_df: DataFrame | TableRows,
     batch_id: int,

@@ -419,6 +419,17 @@ def _settled(field: StructField, ids: ColumnIds) -> bool:
     return ids.attnums.get(field.name) == int(n)
 
 
+def forget(known: dict[str, Any], path: str) -> None:
+    """Forget what ``known`` remembers of the table at ``path`` (its columns, its attnums): the
+    table was replaced (a table sync's copy), so the next batch reads them again."""
+    known.pop(path, None)
+    known.pop(_ids_key(path), None)
+
+
+def _ids_key(path: str) -> str:
+    return f"{path}\0ids"
+
+
 def follow_ddl(tgt: TargetTable, rows: TableRows, fields: Sequence[StructField],
                known: dict[str, Any] | None = None) -> tuple[TableRows, list[StructField]]:
     """Make the Delta table's columns the batch's by identity (see the module docstring).
@@ -431,7 +442,7 @@ def follow_ddl(tgt: TargetTable, rows: TableRows, fields: Sequence[StructField],
     fields = list(fields)
     if not any(ATTNUM_KEY in (f.metadata or {}) for f in fields):
         return rows, fields  # no catalog facts (a capture, a hand-made frame): columns match by name
-    key = f"{tgt.path}\0ids"
+    key = _ids_key(tgt.path)
     ids = known.get(key) if known is not None else None
     if ids is None or not all(_settled(f, ids) for f in fields):
         if not tgt.exists():

@@ -2,7 +2,7 @@
 
 The hot path appends every micro-batch to the tables' change logs (:mod:`.changelog`); a
 :class:`Folder` thread folds each table's unfolded batches into its Delta table with the same
-apply as the direct path (:func:`.apply._apply_table`: DDL, identity runs, unchanged TOAST,
+apply as the direct path (:func:`.apply.apply_table`: DDL, identity runs, unchanged TOAST,
 truncates, SCD2), as often as the previous fold's duration allows — under load many micro-batches
 go into one MERGE, which is where the time goes.
 
@@ -191,7 +191,7 @@ class Folder:
         """Apply batches ``(after, upto]`` as one batch with id ``upto``; or, with ``stepwise`` and
         key changes leaving unchanged TOAST in a range of several batches, apply nothing and return
         the bounds to apply batch by batch (``[after, b1, b2, ..., upto]``)."""
-        from walspark.spark.lake.apply import _apply_table
+        from walspark.spark.lake.apply import apply_table
         from walspark.spark.lake.facts import batch_facts
         from walspark.spark.lake.progress import ProgressTable
 
@@ -207,7 +207,7 @@ class Folder:
                 batches = changes.batches(after, upto)
                 if len(batches) > 1:
                     return None, [after, *batches]
-            result, record = _apply_table(session, rows, upto, facts, target=self.target, mode=options.mode,
+            result, record = apply_table(session, rows, upto, facts, target=self.target, mode=options.mode,
                                           app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
             crash_point("fold-committed")
             if record is not None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from walspark.spark.lake.folder import Folder
     from walspark.spark.lake.progress import ProgressRow
 
-from walspark.spark.lake.apply import ApplyResult, _apply_table
+from walspark.spark.lake.apply import ApplyResult, apply_table
 from walspark.spark.lake.columns import Mode
 from walspark.spark.lake.driver_merge import collect_small, row_limit
 from walspark.spark.lake.evolution import (
@@ -111,6 +111,16 @@ class _TableOptions:
     keys: tuple[str, ...] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SinkScope:
+    """What the sink's writes are scoped by, for the parts that write beside it (the table sync):
+    the target, the app id of its transaction ids and progress rows, the state location."""
+
+    target: str
+    app_id: str
+    state: str | None
+
+
 @dataclass(frozen=True)
 class ApplyChanges:
     """Builder of a ``foreachBatch`` sink, in the spirit of Delta's Python API.
@@ -146,6 +156,17 @@ class ApplyChanges:
     def state(self, state: str | None) -> ApplyChanges:
         """Keep the progress table under this state location instead of ``<target>/_walspark``."""
         return replace(self, _state=state)
+
+    @property
+    def scope(self) -> SinkScope:
+        """The target, app id and state location this sink writes with."""
+        return SinkScope(self.target, self._app_id, self._state)
+
+    def forget_table(self, path: str) -> None:
+        """Forget what the sink remembers of the table at ``path``: it was replaced (a copy)."""
+        from walspark.spark.lake.evolution import forget
+
+        forget(self._known, path)
 
     def _with(self, table: str, **changes: object) -> ApplyChanges:
         options = replace(self._tables.get(table, _TableOptions()), **changes)  # type: ignore[arg-type]
@@ -325,7 +346,7 @@ class ApplyChanges:
                                     state=self._state, known=self._known,
                                     before_reshape=lambda: folder.drain([table]), arrow=rows)  # fmt: skip
             rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
-            return _apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
+            return apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
                                 app_id=self._app_id, known=self._known, state=self._state, arrow=rows)  # fmt: skip
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []

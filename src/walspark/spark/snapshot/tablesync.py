@@ -336,7 +336,7 @@ class TableSync:
 
         from walspark.spark.lake.writes import txn_app_id
 
-        app = self.sink._app_id if self.sink else "walspark"
+        app = self.sink.scope.app_id if self.sink else "walspark"
         options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
                    "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
         rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
@@ -465,7 +465,7 @@ class TableSync:
         after a crash finds the MERGE's transaction id and skips it)."""
         from pyspark.sql import functions as F
 
-        from walspark.spark.lake.apply import _apply_table
+        from walspark.spark.lake.apply import apply_table
         from walspark.spark.lake.facts import batch_facts
 
         assert self.sink is not None
@@ -488,12 +488,11 @@ class TableSync:
             if facts is not None:
                 # The transaction id names the copy by its consistent point: unique for ever, even
                 # across a new initial snapshot (Delta may keep transaction ids through REPLACE).
-                _apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
-                             app_id=f"{self.sink._app_id}/sync/{state.since:X}", state=self.sink._state)  # fmt: skip
+                apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
+                            app_id=f"{self.sink.scope.app_id}/sync/{state.since:X}", state=self.sink.scope.state)  # fmt: skip
                 applied = facts.rows
         path = table_path(self.target, *table)
-        self.sink._known.pop(path, None)  # the copy replaced the table: forget its cached shape
-        self.sink._known.pop(f"{path}\0ids", None)
+        self.sink.forget_table(path)  # the copy replaced the table
         self.store.update(*table, state=READY, handed_through=through)
         location(pending).delete_tree()
         self.store.copy_plan_path(*table, state.gen).parent.delete_tree()
