@@ -1,7 +1,7 @@
 """SIGKILL ``walspark run --change-log`` in the windows of change-log mode: the target still equals the source.
 
 Issue 16's crash line. Change-log mode adds three windows to the direct path's (see
-:mod:`walspark.spark.lake.folder`), each reached exactly by the test hook
+:mod:`walspark.spark.lake.fold_worker`), each reached exactly by the test hook
 ``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process group there):
 
 - ``changes-appended``: a batch's change logs are durable, Spark has not committed the batch, so
@@ -49,7 +49,7 @@ import pytest
 from depth import soak, sweep
 
 from walspark.spark.lake.changelog import BATCH_ID, change_log_path, change_log_tables, folded_through
-from walspark.spark.lake.folder import CRASH_VARIABLE, fold_app_id
+from walspark.spark.lake.fold_worker import CRASH_VARIABLE, fold_app_id
 
 from .support import (
     ONCE_TIMEOUT,

@@ -29,7 +29,7 @@ import signal
 import psycopg
 import pytest
 
-from walspark.spark.lake.folder import CRASH_VARIABLE
+from walspark.spark.lake.fold_worker import CRASH_VARIABLE
 
 from .support import ONCE_TIMEOUT, Pipeline, create_shop, delta_batches, mismatches, repeated_batches
 

@@ -118,7 +118,7 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
     from delta.tables import DeltaTable
 
     from walspark.spark.lake.tables import table_path
-    from walspark.spark.snapshot.tablesync_copy import FAIL_AFTER_VARIABLE, METADATA_PREFIX
+    from walspark.spark.tablesync.copying import FAIL_AFTER_VARIABLE, METADATA_PREFIX
 
     target = str(tmp_path / "lake")
     chunks = ("--sync-chunk-rows", "500")  # 24 chunks, copied 8 at a time (spark.default.parallelism)
@@ -169,8 +169,8 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
     over, for the table matched on whole rows (REPLICA IDENTITY FULL: no key to resume by)."""
     import threading
 
-    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
-    from walspark.spark.snapshot.tablesync_copy import FAIL_AFTER_VARIABLE
+    from walspark.spark.tablesync.copying import FAIL_AFTER_VARIABLE
+    from walspark.spark.tablesync.sync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
 
     target = str(tmp_path / "lake")
     release = tmp_path / "release-the-copies"

@@ -180,7 +180,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     releases it: meanwhile the other tables' batches must keep committing and the slot's
     ``confirmed_flush_lsn`` must keep advancing. Then the copy completes under the live workload.
     """
-    from walspark.spark.snapshot.tablesync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
+    from walspark.spark.tablesync.sync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
 
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 2000, "big": BIG_ROWS, "small": 3000}
@@ -224,7 +224,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
 def test_table_left_readded_and_resnapshot_while_streaming(spark, pg18_dsn, tmp_path):
     """Acceptance 2 (a table removed, written to, re-added) and 3 (a re-copy on demand while
     writes continue to that table), in one streaming run."""
-    from walspark.spark.snapshot.tablesync_state import request_resnapshot
+    from walspark.spark.tablesync.state import request_resnapshot
 
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 20000, "x": 5000}
@@ -260,8 +260,8 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
     under a new temporary slot with the chunks not yet committed; a kill after the copy
     committed keeps the copy and repeats only the hand-off.
     """
-    from walspark.spark.snapshot.tablesync import HANDOFF_PAUSE_VARIABLE
-    from walspark.spark.snapshot.tablesync_copy import WAVE_PAUSE_VARIABLE
+    from walspark.spark.tablesync.copying import WAVE_PAUSE_VARIABLE
+    from walspark.spark.tablesync.sync import HANDOFF_PAUSE_VARIABLE
 
     target = tmp_path / "lake"
     rows = min(BIG_ROWS, 100_000)

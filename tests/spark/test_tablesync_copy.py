@@ -1,4 +1,4 @@
-"""Chunk plans of a table sync's resumable copy (spark/snapshot/tablesync_copy.py), against a real server.
+"""Chunk plans of a table sync's resumable copy (spark/tablesync/copying.py), against a real server.
 
 The one property everything rests on: the key ranges of a relation are disjoint and cover it,
 whatever the key (composite, text under a collation, negative numbers), so chunks read in
@@ -12,7 +12,7 @@ import pytest
 
 from walspark.spark.snapshot.initial import publication_tables
 from walspark.spark.snapshot.snapshot_source import copy_query
-from walspark.spark.snapshot.tablesync_copy import key_columns, plan_chunks
+from walspark.spark.tablesync.copying import key_columns, plan_chunks
 
 
 def _chunk_rows(conn: psycopg.Connection, table: str, **sizes: int) -> tuple[list[str], list[list[tuple]]]:

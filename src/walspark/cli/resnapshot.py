@@ -1,6 +1,6 @@
 """``walspark resnapshot``: re-copy tables of a running (or the next) ``walspark run``.
 
-A thin command over :func:`walspark.spark.snapshot.tablesync_state.request_resnapshot`: it writes a
+A thin command over :func:`walspark.spark.tablesync.state.request_resnapshot`: it writes a
 request under ``<target>/_walspark/tablesync/requests/``; the pipeline of that target picks it up
 at its next check (``--sync-check-seconds``) or its next start, copies each table inside a new
 exported snapshot while the other tables keep streaming, and hands it over to the stream with
@@ -25,7 +25,7 @@ def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
     """Ask the pipeline writing TARGET to copy these tables again, without stopping the stream."""
     from walspark.source.errors import OptionError
     from walspark.spark.datasource.schema import parse_table_name
-    from walspark.spark.snapshot.tablesync_state import request_resnapshot
+    from walspark.spark.tablesync.state import request_resnapshot
     from walspark.storage import state_home
 
     if not state_home(target, state).list():

@@ -175,7 +175,7 @@ def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: 
 
     from walspark.pipeline.progress import format_bytes, format_seconds
     from walspark.pipeline.status import ACTIVE_PHASES, read_status_files
-    from walspark.spark.snapshot.tablesync_state import SyncStore
+    from walspark.spark.tablesync.state import SyncStore
     from walspark.storage import state_home
 
     with cli_errors(None):

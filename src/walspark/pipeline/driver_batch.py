@@ -99,7 +99,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     confirmed position), as the query's first micro-batch would; False: leave it to the query
     (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
     from walspark.spark.datasource.offsets import start_checkpoint
-    from walspark.spark.lake.folder import crash_point
+    from walspark.spark.lake.fold_worker import crash_point
     from walspark.storage import location
 
     if _turned_off() or not location(settings.checkpoint).is_local:
@@ -165,7 +165,7 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
 
     from walspark.spark.datasource.offsets import from_offset, to_offset
     from walspark.spark.datasource.schema import SchemaChangedError
-    from walspark.spark.lake.folder import crash_point
+    from walspark.spark.lake.fold_worker import crash_point
 
     start = to_offset(last.end)
     try:

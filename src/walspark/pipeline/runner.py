@@ -65,7 +65,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
 
     if snapshot:
         from walspark.spark.snapshot.initial import run_snapshot
-        from walspark.spark.snapshot.tablesync_state import SyncStore
+        from walspark.spark.tablesync.state import SyncStore
 
         tracker.phase("snapshot")
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
@@ -73,7 +73,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
         tracker.snapshot_done(len(result.tables))
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
         SyncStore.for_target(settings.target, settings.state).reset()  # every table is freshly copied
-    from walspark.spark.snapshot.tablesync import TableSync
+    from walspark.spark.tablesync.sync import TableSync
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,

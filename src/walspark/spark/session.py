@@ -34,7 +34,7 @@ __all__ = ["JARS_ENV", "JIT_ENV", "DeltaJarsNotFound", "jit_options", "launched_
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 #: Scheduler pools: the stream first, change-log mode's folds with what is left (see the file).
 _POOLS = Path(__file__).with_name("fairscheduler.xml")
-#: The pool of change-log mode's background folds (:mod:`walspark.spark.lake.folder`).
+#: The pool of change-log mode's background folds (:mod:`walspark.spark.lake.fold_worker`).
 FOLD_POOL = "walspark-fold"
 _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 #: Settings of the JVMs themselves: under spark-submit the driver's JVM already runs, and the

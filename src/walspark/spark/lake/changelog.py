@@ -4,7 +4,7 @@ Why: a Delta MERGE costs seconds whatever its size, an append a fraction of one.
 mode (``ApplyChanges.change_log()``, ``walspark run --change-log``) the hot path appends each
 table's changes of a micro-batch to ``<target>/_changes/<schema>/<table>`` and the slot is
 confirmed once those appends are durable; the mirror or history is folded from the change log
-in the background (:mod:`.folder`), and fresh reads fold the rows not folded yet on top of the
+in the background (:mod:`.fold_worker`), and fresh reads fold the rows not folded yet on top of the
 mirror (:mod:`.fresh`). The change log is also the table's CDC feed, the "bronze" table data
 engineers otherwise build themselves.
 
@@ -24,7 +24,7 @@ the apply's schema evolution sees them exactly as it would have seen the micro-b
 The fold's position per table is a small JSON file, ``<home>/folds/<schema>/<table>.json``:
 ``{"after": a, "upto": b, "done": false}`` is written before the fold of batches ``(a, b]`` and
 marked done after its progress row; a fold found not done at start is done again, the same range
-(:mod:`.folder` says why that is exact).
+(:mod:`.fold_worker` says why that is exact).
 """
 
 from __future__ import annotations

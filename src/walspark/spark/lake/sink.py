@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from walspark.spark.lake.folder import Folder
+    from walspark.spark.lake.fold_worker import Folder
     from walspark.spark.lake.progress import ProgressRow
 
 from walspark.spark.lake.apply import ApplyResult, apply_table
@@ -48,7 +48,7 @@ _PROGRESS_WRITER: list[ThreadPoolExecutor] = []
 
 
 class TableSyncHook(Protocol):
-    """What the sink asks of the per-table sync (:class:`walspark.spark.snapshot.tablesync.TableSync`)."""
+    """What the sink asks of the per-table sync (:class:`walspark.spark.tablesync.sync.TableSync`)."""
 
     def batch(self, batch_id: int) -> AbstractContextManager[None]: ...
 
@@ -142,7 +142,7 @@ class ApplyChanges:
     _parallelism: int = 4
     #: The last batch's progress commit, written in the background (see :meth:`flush`).
     _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
-    #: Per-table sync of tables being copied while the stream runs (:mod:`.tablesync`), or None.
+    #: Per-table sync of tables being copied while the stream runs (:mod:`walspark.spark.tablesync`), or None.
     _sync: TableSyncHook | None = field(default=None, compare=False, repr=False)
     #: Change-log mode (:meth:`change_log`): seconds between background folds, None: off.
     _fold_seconds: float | None = None
@@ -191,7 +191,7 @@ class ApplyChanges:
     def change_log(self, fold_seconds: float = 0.0) -> ApplyChanges:
         """Append each batch to the tables' change logs (``<target>/_changes/<schema>/<table>``)
         and fold them into the Delta tables in the background, at most every ``fold_seconds``
-        (0: as soon as the previous fold ended). See :mod:`.changelog` and :mod:`.folder`."""
+        (0: as soon as the previous fold ended). See :mod:`.changelog` and :mod:`.fold_worker`."""
         if fold_seconds < 0:
             raise ValueError("fold_seconds must not be negative")
         return replace(self, _fold_seconds=fold_seconds)
@@ -201,7 +201,7 @@ class ApplyChanges:
         if self._fold_seconds is None:
             return None
         if not self._folders:
-            from walspark.spark.lake.folder import Folder
+            from walspark.spark.lake.fold_worker import Folder
 
             folder = Folder(spark, self.target, app_id=self._app_id, state=self._state, options_for=self.options_for,
                             known=self._known, interval=self._fold_seconds, parallelism=self._parallelism)  # fmt: skip
@@ -372,7 +372,7 @@ class ApplyChanges:
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
         if folder is not None:
-            from walspark.spark.lake.folder import crash_point
+            from walspark.spark.lake.fold_worker import crash_point
 
             appended = [r for r in results if not r.skipped]
             if appended:  # the window is after an append: not at a batch with nothing to append

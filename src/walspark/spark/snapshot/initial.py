@@ -35,7 +35,7 @@ nothing and returns the recorded consistent point (``redo=True`` forces a new sn
 Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
 their changes from the moment they were added, but not their earlier rows. ``walspark run``
 copies them inside a temporary slot's exported snapshot, in resumable key-range chunks, while the
-stream goes on (:mod:`walspark.spark.snapshot.tablesync`, :mod:`walspark.spark.snapshot.tablesync_copy`,
+stream goes on (:mod:`walspark.spark.tablesync.sync`, :mod:`walspark.spark.tablesync.copying`,
 docs/design/table-sync.md).
 """
 

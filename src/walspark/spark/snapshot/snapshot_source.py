@@ -80,7 +80,7 @@ class CtidRange:
     tables, empty tables). The last range of a table is always open-ended, so rows that moved
     to pages past the planned size are never missed.
 
-    Key ranges (:mod:`walspark.spark.snapshot.tablesync_copy`): ``lo``/``hi`` are the bounds' values as
+    Key ranges (:mod:`walspark.spark.tablesync.copying`): ``lo``/``hi`` are the bounds' values as
     PostgreSQL's text output, cast back with ``key_types`` (None: unbounded). A row never leaves
     its key range when it is updated (unlike its page), which is what lets chunks copied in
     different snapshots be reconciled with the stream key by key.

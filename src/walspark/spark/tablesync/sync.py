@@ -7,7 +7,7 @@ the stream back per table (docs/design/table-sync.md has the full argument):
   consistent point C splits the table's history: transactions committed before C are in the
   snapshot, those at or after C come from the main slot. The table is copied inside that snapshot
   in key-range chunks, a wave of parallel COPY tasks and one Delta commit at a time, so that a
-  crash resumes with the chunks not yet committed (:mod:`.tablesync_copy`), while the streaming
+  crash resumes with the chunks not yet committed (:mod:`.copying`), while the streaming
   query keeps applying the other tables.
 - **Pending log**: while a table is being copied the sink does not apply its changes to its Delta
   table; it appends them (idempotently: Delta transaction id = batch id) to the table's pending
@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.tables import is_delta_table, table_path
-from walspark.spark.snapshot.tablesync_state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
+from walspark.spark.tablesync.state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
 from walspark.storage import location
 
 if TYPE_CHECKING:
@@ -406,7 +406,7 @@ class TableSync:
             plan_partitions,
             write_table,
         )
-        from walspark.spark.snapshot.tablesync_copy import copy_in_chunks
+        from walspark.spark.tablesync.copying import copy_in_chunks
 
         slot = f"walspark_sync_{os.getpid()}_{next(_SLOT_NUMBERS)}"
         path = table_path(self.target, state.schema, state.table)
@@ -452,7 +452,7 @@ class TableSync:
     def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
         """``rows`` without the changes the copy holds; None: the copy must be made again (a
         TRUNCATE between the snapshots of a resumed copy)."""
-        from walspark.spark.snapshot.tablesync_copy import truncated_within, without_copied
+        from walspark.spark.tablesync.copying import truncated_within, without_copied
 
         assert state.since is not None
         path = table_path(self.target, state.schema, state.table)

@@ -56,7 +56,7 @@ class SyncState:
     #: A copy resumed after a crash holds chunks read in several snapshots: ``(C, Delta version)``
     #: of each, and the key columns its chunks are ranges of. Until the stream has passed the last
     #: C, a change counts as copied when its commit LSN is below the C of the snapshot its key was
-    #: read in (:func:`walspark.spark.snapshot.tablesync_copy.without_copied`). Empty: one snapshot, ``since``.
+    #: read in (:func:`walspark.spark.tablesync.copying.without_copied`). Empty: one snapshot, ``since``.
     cuts: tuple[tuple[int, int], ...] = ()
     cut_keys: tuple[str, ...] = ()
     #: Wall-clock times (seconds since the epoch) of the copy's start and its commit, for humans
