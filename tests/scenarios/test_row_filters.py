@@ -617,6 +617,29 @@ def test_031_column_lists_via_root_stream(spark, server, request, tmp_path):
         assert root.rows("test_root", "a") == [(1,), (2,), (10,), (11,)]
 
 
+def test_generated_columns_are_not_streamed_before_18(spark, pg15_dsn, tmp_path):
+    """PostgreSQL 15's ``attnames`` lists a stored generated column for a publication without a
+    column list, but its pgoutput never sends one (PostgreSQL 18's ``attnames`` leaves it out unless
+    it is published): the copy, the stream's declared schema and the mirror hold what is sent."""
+    from walspark.spark.datasource.schema import published_tables
+    from walspark.spark.lake.tables import table_path
+
+    with _conn(pg15_dsn) as conn:
+        conn.execute("""
+            CREATE TABLE g (id int PRIMARY KEY, a int, twice int GENERATED ALWAYS AS (a * 2) STORED);
+            INSERT INTO g (id, a) SELECT x, x FROM generate_series(1, 10) x;
+            CREATE PUBLICATION pub FOR TABLE g;
+        """)
+        assert conn.execute("SELECT attnames FROM pg_publication_tables").fetchone()[0] == ["id", "a", "twice"]
+        assert [c[0] for c in published_tables(conn, ["pub"])[0].columns] == ["id", "a"]
+        p = Pipeline(spark, pg15_dsn, "pub", str(tmp_path / "lake"))
+        p.check(conn, "initial copy")
+        conn.execute("UPDATE g SET a = a + 1 WHERE id <= 3; DELETE FROM g WHERE id = 10; INSERT INTO g (id, a) VALUES (30, 30)")
+        p.check(conn, "after the workload")
+        assert spark.read.format("delta").load(table_path(p.target, "public", "g")).columns == ["id", "a"]
+        assert p.rows("g", "id", "a")[:3] == [(1, 2), (2, 3), (3, 4)]
+
+
 def test_publish_generated_columns_in_the_copy_and_the_stream(spark, pg18_dsn, tmp_path):
     """PostgreSQL 18: stored generated columns published by option or by naming them in a column list."""
     with _conn(pg18_dsn) as conn:

@@ -68,7 +68,9 @@ class PublishedRelation:
     """One table as a set of publications streams it: what PostgreSQL's table sync copies.
 
     ``columns`` are the published column names (``pg_publication_tables.attnames``, PostgreSQL
-    15+), None before 15 (every live, non-generated column). ``row_filter`` is the server's own
+    15+), None before 15 (every live, non-generated column); on 15–17 they may name a stored
+    generated column, which pgoutput does not send before 18 (the copy and the stream's schema
+    leave it out). ``row_filter`` is the server's own
     deparsed ``WHERE`` expression, already combined over the publications (``OR``), or None when
     the table is published unfiltered by any of them. ``relkind`` 'p' is a partitioned table
     published through its root (its rows are its leaf partitions'); any other table is copied

@@ -292,13 +292,17 @@ def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]
 
     PostgreSQL 15+ reports each table's published columns (column lists, and generated columns
     where ``publish_generated_columns`` is on) in ``pg_publication_tables.attnames``; before
-    15 every non-generated column is published. Each column also gets its :class:`ColumnFacts`;
+    15 every non-generated column is published. Before 18, pgoutput never sends a generated
+    column, although 15–17's ``attnames`` lists one for a publication without a column list
+    (as :func:`walspark.spark.snapshot.initial.publication_tables` copies). Each column also gets its :class:`ColumnFacts`;
     a partitioned root keeps missing values on its leaves (the root has no rows), so they are
     looked up there too.
     """
     major = conn.info.server_version // 10000
-    if major >= 15:
+    if major >= 18:
         column_filter = "a.attname = ANY(t.attnames)"
+    elif major >= 15:
+        column_filter = "a.attname = ANY(t.attnames) AND a.attgenerated = ''"
     elif major >= 12:
         column_filter = "a.attgenerated = ''"
     else:
