@@ -289,7 +289,7 @@ class PeekReader(DataSourceReader):
         with psycopg.connect(options.dsn, autocommit=True) as conn:
             resolved = options.stream_options().resolve(conn.info.server_version)
             _, registrations = catalog_layout(conn, options.publications, options.table, binary=options.binary)
-            (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone() or (None,)
+            (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()  # type: ignore[misc]  # one row
         config = DecodeConfig(resolved.proto_version, resolved.streaming_parallel, resolved.binary,
                               tuple(registrations))
         return [PeekPartition(options.dsn, options.slot, tuple(resolved.plugin_options()), parse_lsn(upto), config)]
