@@ -11,7 +11,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from walspark.smoke import run_smoke_pipeline
+from tests.skeleton import run_smoke_pipeline
 
 pytestmark = pytest.mark.spark
 

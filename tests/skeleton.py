@@ -1,10 +1,8 @@
-"""The walking skeleton: PostgreSQL → pgoutput → Spark → Delta, thin, end to end.
+"""The walking skeleton the smoke test runs: PostgreSQL → pgoutput → Spark → Delta, thin, end to end.
 
-It proves the ground every later part stands on — a server we start ourselves with
-``wal_level=logical``, a pgoutput slot read through the SQL interface, our decoder, a local
-Spark with Delta from local jars — on one small table. The full pipeline (``walspark run``:
-snapshot, streaming, MERGE, exactly-once) replaces its apply step; until then this is what
-``walspark demo`` runs and what the smoke test checks.
+It checks the ground every other part stands on — a server started with ``wal_level=logical``,
+a pgoutput slot read through the SQL interface, the decoder, a local Spark with Delta from local
+jars — on one small table, without the pipeline (``walspark run`` is tested by the scenarios).
 """
 
 from __future__ import annotations
