@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING
 
 from common import log  # bench/common.py, beside this script
 
-from walspark.spark.lake.tables import TABLE_PROPERTIES, quote, table_path
+from walspark.spark.lake.tables import TABLE_PROPERTIES, quote
 from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS
+from walspark.storage.layout import TargetLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -153,7 +154,7 @@ def run_one(spark: SparkSession, workdir: Path, kind: str, rows: int, updates: i
     from walspark.spark.lake.apply import apply_changes
 
     target = str(workdir / f"{kind.replace(' ', '-')}-{rows}")
-    path = table_path(target, "public", "t")
+    path = TargetLayout(target).table("public", "t")
     log(f"{kind}, {rows:,} rows: creating the table")
     shutil.rmtree(target, ignore_errors=True)  # a kept run's progress table would skip batch 1
     create_table(spark, path, rows, file_rows, KINDS[kind])

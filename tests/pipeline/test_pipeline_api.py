@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.scenarios.support import assert_matches_publication, run_once
+from walspark.storage.layout import TargetLayout
 
 pytestmark = pytest.mark.spark
 
@@ -64,7 +65,7 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
         assert_matches_publication(conn, spark, target, "shop", context="after run_once")
     from walspark.pipeline.status import read_status_files
 
-    (status,) = read_status_files(str(tmp_path / "lake" / "_walspark"))  # what `walspark status --target` reads
+    (status,) = read_status_files(TargetLayout(str(tmp_path / "lake")))  # what `walspark status --target` reads
     assert status["state"] == "finished" and status["slot"] == "shop_slot", status
     assert status["rows"] == 61 and status["slot_position"] == second.slot_position, status
 

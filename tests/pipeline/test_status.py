@@ -12,11 +12,12 @@ from click.testing import CliRunner
 from walspark.cli import commands  # noqa: F401  (registers the subcommands)
 from walspark.cli.main import cli
 from walspark.pipeline.status import Tracker, read_status_files, status_writer
+from walspark.storage.layout import TargetLayout
 
 
 def test_the_status_file_follows_phases_batches_and_failures(tmp_path) -> None:
     target = tmp_path / "lake"
-    home = str(target / "_walspark")
+    home = TargetLayout(str(target))
     tracker = Tracker()
     tracker.publish_to(status_writer(home, "shop_slot"))
     tracker.phase("starting")

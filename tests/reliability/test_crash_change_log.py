@@ -48,8 +48,10 @@ import psycopg
 import pytest
 from depth import soak, sweep
 
-from walspark.spark.lake.changelog import BATCH_ID, change_log_path, change_log_tables, folded_through
-from walspark.spark.lake.fold_worker import CRASH_VARIABLE, fold_app_id
+from walspark._injection import CRASH_AT
+from walspark.spark.lake.changelog import BATCH_ID, change_log_tables, folded_through
+from walspark.spark.lake.fold_worker import fold_app_id
+from walspark.storage.layout import TargetLayout
 
 from .support import (
     ONCE_TIMEOUT,
@@ -109,8 +111,8 @@ def _describe_death(target: Path, point: str) -> str:
     if point == "changes-appended":
         # Some change log holds a batch Spark never committed (so the slot was not confirmed past it).
         committed = _committed_ids(target)
-        logged = {f"{s}.{t}": max((int(n["batch_id"]) for n in commit_notes(None, change_log_path(str(target), s, t))),
-                                  default=-1) for s, t in change_log_tables(str(target))}  # fmt: skip
+        logged = {f"{s}.{t}": max((int(n["batch_id"]) for n in commit_notes(None, TargetLayout(str(target)).change_log(s, t))),
+                                  default=-1) for s, t in change_log_tables(TargetLayout(str(target)))}  # fmt: skip
         uncommitted = {t: b for t, b in logged.items() if b >= 0 and b not in committed}
         assert uncommitted, f"no change log holds an uncommitted batch: logged {logged}, committed {sorted(committed)}"
         return f"batches in change logs, not committed by Spark: {uncommitted}"
@@ -135,11 +137,11 @@ def _check(spark, dsn: str, target: Path) -> str:  # type: ignore[no-untyped-def
     with psycopg.connect(dsn, autocommit=True) as conn:
         diff = mismatches(conn, spark, str(target))
     assert not diff, f"Delta differs from the source: {diff}"
-    tables = change_log_tables(str(target))
+    tables = change_log_tables(TargetLayout(str(target)))
     assert tables, "no change log under the target: the run was not in change-log mode"
     log_rows, last = 0, {}
     for schema, table in tables:
-        path = change_log_path(str(target), schema, table)
+        path = TargetLayout(str(target)).change_log(schema, table)
         rows, changes, last[(schema, table)] = log_stats(spark, path, ("_commit_lsn", "_seq"), BATCH_ID)
         assert rows == changes, f"{schema}.{table}: {rows - changes} changes twice in the change log"
         log_rows += rows
@@ -156,7 +158,7 @@ def _check(spark, dsn: str, target: Path) -> str:  # type: ignore[no-untyped-def
     assert len(notes) == len(batches), f"delta_batches saw {len(batches)} of the {len(notes)} fold commits"
     # Every plan done, each up to its change log's last batch: nothing left unfolded.
     assert not _unfinished(target), f"fold plans not done after the catch-up run: {_unfinished(target)}"
-    behind = {t: (folded_through(str(target), *t), b) for t, b in last.items() if folded_through(str(target), *t) != b}
+    behind = {t: (folded_through(TargetLayout(str(target)), *t), b) for t, b in last.items() if folded_through(TargetLayout(str(target)), *t) != b}
     assert not behind, f"change logs not folded to their end (folded, last): {behind}"
     return (f"{len(tables)} change logs ({log_rows} rows, no duplicate), {len(batches)} fold commits, none twice, "
             f"folded through {sorted(set(last.values()))}")
@@ -192,10 +194,10 @@ def test_sigkill_in_the_change_log_windows_keeps_the_target_equal(spark, pg18_ds
                 pipeline.kill()
                 print(f"round {i + 1} ({point}): killed from outside; fold plans not done at the kill: {unfinished}")
             else:
-                pipeline.start(env={CRASH_VARIABLE: point})
+                pipeline.start(env={CRASH_AT: point})
                 code = pipeline.wait(START_TIMEOUT)
                 log = pipeline.log_path.read_text(errors="replace")
-                assert code == -signal.SIGKILL and f"test hook: killed at {point}" in log, \
+                assert code == -signal.SIGKILL and f"injection point: killed at {point}" in log, \
                     f"the run was meant to die at {point}, exited {code}:\n{pipeline.log_tail()}"
                 pipeline.proc = None
                 print(f"round {i + 1} ({point}): died by the hook (exit {code}); {_describe_death(target, point)}")

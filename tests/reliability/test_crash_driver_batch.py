@@ -29,7 +29,7 @@ import signal
 import psycopg
 import pytest
 
-from walspark.spark.lake.fold_worker import CRASH_VARIABLE
+from walspark._injection import CRASH_AT
 
 from .support import ONCE_TIMEOUT, Pipeline, create_shop, delta_batches, mismatches, repeated_batches
 
@@ -57,9 +57,9 @@ def _run(pipeline: Pipeline, env: dict[str, str] | None = None) -> str:
     code = pipeline.wait(ONCE_TIMEOUT)
     pipeline.proc = None
     log = pipeline.log_path.read_text(errors="replace")
-    if env and CRASH_VARIABLE in env:
-        point = env[CRASH_VARIABLE]
-        assert code == -signal.SIGKILL and f"test hook: killed at {point}" in log, \
+    if env and CRASH_AT in env:
+        point = env[CRASH_AT]
+        assert code == -signal.SIGKILL and f"injection point: killed at {point}" in log, \
             f"the run was meant to die at {point}, exited {code}:\n{pipeline.log_tail()}"
     else:
         assert code == 0, f"walspark run --once exited {code}:\n{pipeline.log_tail()}"
@@ -81,11 +81,11 @@ def test_sigkill_in_the_driver_batch_windows_keeps_the_target_equal(spark, pg18_
     target = tmp_path / "lake"
     pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
     try:
-        _run(pipeline, {CRASH_VARIABLE: "checkpoint-logged"})  # the snapshot, dead in its checkpoint's batch 0
+        _run(pipeline, {CRASH_AT: "checkpoint-logged"})  # the snapshot, dead in its checkpoint's batch 0
         for i, point in enumerate(("checkpoint-logged", *WINDOWS)):
             _write(pg18_dsn, i)
             if i:
-                _run(pipeline, {CRASH_VARIABLE: point})
+                _run(pipeline, {CRASH_AT: point})
             log = _run(pipeline)
             assert "no query started" not in log, log  # the pending batch N+1 was replayed by the query
             _check(spark, pg18_dsn, str(target), f"after the kill at {point} and the restart")

@@ -183,9 +183,9 @@ def _delta_rows(spark: SparkSession, target: str, table: PublishedTable) -> list
     """The Delta table's rows (the published columns), or None if it does not exist. A table
     whose version has not moved since the last read is not read again: a catch-up point
     changes a few of a workload's tables, and each read is a Spark job or two."""
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
-    path = table_path(target, table.schema, table.table)
+    path = TargetLayout(target).table(table.schema, table.table)
     for stale in [key for key in _READ if not key[0].startswith(target)]:  # another test's target
         del _READ[stale]
     version = _delta_version(path)

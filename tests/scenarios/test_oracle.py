@@ -37,7 +37,7 @@ def test_plain_table_snapshot_then_stream_matches(spark, pg18_dsn, tmp_path):
 def test_delta_rs_and_spark_read_every_value_alike_and_a_pending_change_shows(spark, pg18_dsn, tmp_path):
     """The oracle reads local tables with delta-rs: it must read what Spark reads — nested types,
     column mapping, the ±infinity sentinels — and still see a change walspark has not applied."""
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     from .support import _delta_rs_rows, _key, _spark_delta_rows, publication_mismatches
 
@@ -59,7 +59,7 @@ def test_delta_rs_and_spark_read_every_value_alike_and_a_pending_change_shows(sp
             """)
         run_once(pg18_dsn, "pub", "s", target)
         (table,) = published_tables(conn, "pub")
-        path = table_path(target, table.schema, table.table)
+        path = TargetLayout(target).table(table.schema, table.table)
         by_delta_rs = sorted(_key(r) for r in _delta_rs_rows(path, table))
         by_spark = sorted(_key(r) for r in _spark_delta_rows(spark, path, table))
         assert len(by_delta_rs) == 2 and by_delta_rs == by_spark

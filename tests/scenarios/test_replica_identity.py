@@ -124,11 +124,11 @@ def _assert_row_counts(conn: psycopg.Connection, spark, target: str, tables: tup
     is NULL for it (not an empty array), which ``support.published_tables`` does not expect — so
     the oracle is given a publication of the other tables (``Workload.oracle``).
     """
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     for name in tables:
         (source,) = conn.execute(f"SELECT count(*) FROM ONLY public.{name}").fetchone()
-        frame = spark.read.format("delta").load(table_path(target, "public", name))
+        frame = spark.read.format("delta").load(TargetLayout(target).table("public", name))
         if "__END_AT" in frame.columns:
             frame = frame.where("__END_AT IS NULL")
         assert frame.count() == source, f"{context}: {name} has {frame.count()} rows in Delta, {source} in PostgreSQL"
@@ -241,10 +241,10 @@ def test_identity_runs_replay_after_a_crash_between_runs(spark, pg18_dsn, tmp_pa
     from walspark.spark.lake.apply import apply_changes
     from walspark.spark.lake.frames import change_dataframe
     from walspark.spark.lake.progress import ProgressTable
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     target = str(tmp_path / "lake")
-    path = table_path(target, "public", "t")
+    path = TargetLayout(target).table("public", "t")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (a int NOT NULL, b int NOT NULL, v text)")
         conn.execute("CREATE UNIQUE INDEX t_a ON t (a); CREATE UNIQUE INDEX t_b ON t (b)")

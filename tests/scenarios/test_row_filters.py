@@ -39,9 +39,9 @@ def _conn(dsn: str) -> psycopg.Connection[Any]:
 
 def _rows(spark, target: str, schema: str, table: str, *columns: str) -> list[tuple]:
     """The Delta table's rows (the given columns), sorted: for the TAP tests' literal expectations."""
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
-    frame = spark.read.format("delta").load(table_path(target, schema, table))
+    frame = spark.read.format("delta").load(TargetLayout(target).table(schema, table))
     return sorted(tuple(r) for r in frame.select(*columns).collect())
 
 
@@ -500,10 +500,10 @@ def test_031_column_lists(spark, server, request, tmp_path):
         mix = Pipeline(spark, dsn, mixed, str(tmp_path / "mix"), slot="mix")
         for p in (one, mix):
             p.check(conn, f"initial copy of {p.publication}")
-        from walspark.spark.lake.tables import table_path
+        from walspark.storage.layout import TargetLayout
 
         def columns(p: Pipeline, table: str) -> list[str]:
-            return spark.read.format("delta").load(table_path(p.target, "public", table)).columns
+            return spark.read.format("delta").load(TargetLayout(p.target).table("public", table)).columns
 
         assert one.rows("tab1", "a", "B") == [(1, 2), (4, 5)]
         assert one.rows("tab3", "a'", "c'") == [(1, 3), (4, 6)]
@@ -622,7 +622,7 @@ def test_generated_columns_are_not_streamed_before_18(spark, pg15_dsn, tmp_path)
     column list, but its pgoutput never sends one (PostgreSQL 18's ``attnames`` leaves it out unless
     it is published): the copy, the stream's declared schema and the mirror hold what is sent."""
     from walspark.spark.datasource.schema import published_tables
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     with _conn(pg15_dsn) as conn:
         conn.execute("""
@@ -636,7 +636,7 @@ def test_generated_columns_are_not_streamed_before_18(spark, pg15_dsn, tmp_path)
         p.check(conn, "initial copy")
         conn.execute("UPDATE g SET a = a + 1 WHERE id <= 3; DELETE FROM g WHERE id = 10; INSERT INTO g (id, a) VALUES (30, 30)")
         p.check(conn, "after the workload")
-        assert spark.read.format("delta").load(table_path(p.target, "public", "g")).columns == ["id", "a"]
+        assert spark.read.format("delta").load(TargetLayout(p.target).table("public", "g")).columns == ["id", "a"]
         assert p.rows("g", "id", "a")[:3] == [(1, 2), (2, 3), (3, 4)]
 
 

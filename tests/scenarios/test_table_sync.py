@@ -82,13 +82,13 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
 
     from walspark.cli import commands  # noqa: F401  (registers the subcommands)
     from walspark.cli.main import cli
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     target = str(tmp_path / "lake")
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         _replicate_a_and_b(conn, pg18_dsn, target, b_rows=200)
         # the Delta table is damaged behind the pipeline's back: streaming alone never repairs it
-        spark.sql(f"DELETE FROM delta.`{table_path(target, 'public', 'b')}` WHERE id < 50")
+        spark.sql(f"DELETE FROM delta.`{TargetLayout(target).table('public', 'b')}` WHERE id < 50")
         conn.execute("UPDATE b SET v = 'later' WHERE id > 150; INSERT INTO a VALUES (21, 'x')")
         bad = CliRunner().invoke(cli, ["resnapshot", "--target", target, "--table", "public.b"])
         assert bad.exit_code == 0, bad.output
@@ -117,8 +117,9 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
     """
     from delta.tables import DeltaTable
 
-    from walspark.spark.lake.tables import table_path
-    from walspark.spark.tablesync.copying import FAIL_AFTER_VARIABLE, METADATA_PREFIX
+    from walspark._injection import COPY_FAIL_AFTER_WAVES
+    from walspark.spark.tablesync.copying import METADATA_PREFIX
+    from walspark.storage.layout import TargetLayout
 
     target = str(tmp_path / "lake")
     chunks = ("--sync-chunk-rows", "500")  # 24 chunks, copied 8 at a time (spark.default.parallelism)
@@ -132,9 +133,9 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
                      "FROM generate_series(1, 12000) g")
         conn.execute("ANALYZE t")
         conn.execute("ALTER PUBLICATION pub ADD TABLE t")
-        monkeypatch.setenv(FAIL_AFTER_VARIABLE, "1")
+        monkeypatch.setenv(COPY_FAIL_AFTER_WAVES, "1")
         out = run_once(pg18_dsn, "pub", "s", target, *chunks, expect_exit=1)
-        monkeypatch.delenv(FAIL_AFTER_VARIABLE)
+        monkeypatch.delenv(COPY_FAIL_AFTER_WAVES)
         assert "key ranges" in out and "fails after 1 wave" in out, out
         assert _states(target)["public.t"]["state"] == "copying"
 
@@ -149,7 +150,7 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
         assert "resuming the copy of public.t: 8 of 24 chunks were committed before" in out, out
         assert "public.t is in sync" in out, out
 
-        history = DeltaTable.forPath(spark, table_path(target, "public", "t")).history().collect()
+        history = DeltaTable.forPath(spark, TargetLayout(target).table("public", "t")).history().collect()
         snapshots = {json.loads(h["userMetadata"][len(METADATA_PREFIX):])["lsn"] for h in history
                      if (h["userMetadata"] or "").startswith(METADATA_PREFIX)}
         assert len(snapshots) == 2, "the chunks of the first attempt were copied again"
@@ -169,8 +170,7 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
     over, for the table matched on whole rows (REPLICA IDENTITY FULL: no key to resume by)."""
     import threading
 
-    from walspark.spark.tablesync.copying import FAIL_AFTER_VARIABLE
-    from walspark.spark.tablesync.sync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
+    from walspark._injection import COPY_FAIL_AFTER_WAVES, COPY_PAUSE, COPY_RELEASE
 
     target = str(tmp_path / "lake")
     release = tmp_path / "release-the-copies"
@@ -195,9 +195,9 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
             ANALYZE;
             ALTER PUBLICATION pub ADD TABLE p, f WHERE (v > 10), c (id, a), d;
         """)
-        monkeypatch.setenv(FAIL_AFTER_VARIABLE, "1")
+        monkeypatch.setenv(COPY_FAIL_AFTER_WAVES, "1")
         run_once(pg18_dsn, "pub", "s", target, *chunks, expect_exit=1)
-        monkeypatch.delenv(FAIL_AFTER_VARIABLE)
+        monkeypatch.delenv(COPY_FAIL_AFTER_WAVES)
         conn.execute("""
             UPDATE p SET v = -v WHERE id % 10 = 0;
             UPDATE p SET region = 3 - region WHERE id % 97 = 0;  -- moves rows between partitions
@@ -221,15 +221,15 @@ def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp
             finally:
                 release.touch()  # the copies go on from their snapshots, taken before the ALTER
 
-        monkeypatch.setenv(COPY_PAUSE_VARIABLE, "60")  # at most: the release file ends the pause
-        monkeypatch.setenv(COPY_RELEASE_VARIABLE, str(release))
+        monkeypatch.setenv(COPY_PAUSE, "60")  # at most: the release file ends the pause
+        monkeypatch.setenv(COPY_RELEASE, str(release))
         altering = threading.Thread(target=alter_d_during_its_copy)
         altering.start()
         out = run_once(pg18_dsn, "pub", "s", target, *chunks)
         altering.join()
         assert "resuming the copy of public.d" in out and "copy of public.f starts over" in out, out
-        monkeypatch.delenv(COPY_PAUSE_VARIABLE)
-        monkeypatch.delenv(COPY_RELEASE_VARIABLE)
+        monkeypatch.delenv(COPY_PAUSE)
+        monkeypatch.delenv(COPY_RELEASE)
         conn.execute("UPDATE d SET w = 2 WHERE id % 70 = 0; INSERT INTO p VALUES (9000, 2, 1); DELETE FROM f WHERE id < 100")
         run_once(pg18_dsn, "pub", "s", target, *chunks)
         assert all(s["state"] == "ready" for s in _states(target).values()), _states(target)

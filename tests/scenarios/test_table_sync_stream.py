@@ -26,6 +26,8 @@ import psycopg
 import pytest
 from depth import sweep
 
+from walspark.storage.layout import TargetLayout
+
 from .support import assert_matches_publication, run_once
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]  # streaming runs under the suite's load
@@ -180,7 +182,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     releases it: meanwhile the other tables' batches must keep committing and the slot's
     ``confirmed_flush_lsn`` must keep advancing. Then the copy completes under the live workload.
     """
-    from walspark.spark.tablesync.sync import COPY_PAUSE_VARIABLE, COPY_RELEASE_VARIABLE
+    from walspark._injection import COPY_PAUSE, COPY_RELEASE
 
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 2000, "big": BIG_ROWS, "small": 3000}
@@ -190,7 +192,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2")
         with writing(pg18_dsn, sizes) as writers, run:
             release = tmp_path / "release-the-copy"
-            run.start(**{COPY_PAUSE_VARIABLE: str(COPY_PAUSE), COPY_RELEASE_VARIABLE: str(release)})
+            run.start(**{COPY_PAUSE: str(COPY_PAUSE), COPY_RELEASE: str(release)})
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big, small")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the big copy to start")
@@ -241,7 +243,7 @@ def test_table_left_readded_and_resnapshot_while_streaming(spark, pg18_dsn, tmp_
             conn.execute("ALTER PUBLICATION pub ADD TABLE x")
             run.wait(lambda: states(target)["public.x"].get("gen") == 1
                      and states(target)["public.x"]["state"] == "ready", "x to be copied again")
-            request_resnapshot(str(target), [("public", "w2")])
+            request_resnapshot(TargetLayout(str(target)), [("public", "w2")])
             run.wait(lambda: states(target).get("public.w2", {}).get("gen") == 1
                      and states(target)["public.w2"]["state"] == "ready", "the re-copy of w2")
             batches = len(run.commits())
@@ -260,8 +262,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
     under a new temporary slot with the chunks not yet committed; a kill after the copy
     committed keeps the copy and repeats only the hand-off.
     """
-    from walspark.spark.tablesync.copying import WAVE_PAUSE_VARIABLE
-    from walspark.spark.tablesync.sync import HANDOFF_PAUSE_VARIABLE
+    from walspark._injection import HANDOFF_PAUSE, WAVE_PAUSE
 
     target = tmp_path / "lake"
     rows = min(BIG_ROWS, 100_000)
@@ -274,7 +275,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             # About 20 chunks, copied 8 at a time (spark.default.parallelism). The chunk bounds come
             # from a TABLESAMPLE of the keys, so the count varies (20 or 21): read it from the log.
             chunks = ("--sync-chunk-rows", str(rows // 20))
-            run.start(*chunks, **{WAVE_PAUSE_VARIABLE: "600"})
+            run.start(*chunks, **{WAVE_PAUSE: "600"})
             run.wait(lambda: len(run.commits()) >= 1, "the first batch")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the copy to start")
@@ -284,7 +285,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             assert states(target)["public.big"]["state"] == "copying"
             print("killed mid-copy:", states(target)["public.big"])
 
-            run.start(*chunks, **{HANDOFF_PAUSE_VARIABLE: "600"})
+            run.start(*chunks, **{HANDOFF_PAUSE: "600"})
             run.wait(lambda: states(target)["public.big"]["state"] == "copied", "the copy to commit again")
             # resumed under a new slot with the chunks not yet committed
             assert f"resuming the copy of public.big: 8 of {total} chunks were committed before" in run.log(), \

@@ -65,11 +65,11 @@ def _walsender_dsn(dsn: str, workload: Workload) -> str:
 
 
 def _check_expectations(spark, target: str, expectations: Iterator[Expect], context: str) -> None:
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     for expect in expectations:
         schema, table = expect.table.split(".", 1)
-        row = spark.read.format("delta").load(table_path(target, schema, table)).selectExpr(*expect.select).first()
+        row = spark.read.format("delta").load(TargetLayout(target).table(schema, table)).selectExpr(*expect.select).first()
         got = tuple(canonical(v) for v in row)
         want = tuple(canonical(v) for v in expect.value)
         assert got == want, f"{context}: {expect.table} {', '.join(expect.select)} = {got}, TAP expects {want}"

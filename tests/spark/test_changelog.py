@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from walspark.spark.lake.changelog import BATCH_ID, FoldPlan, change_log_path, read_plan, write_plan
+from walspark.spark.lake.changelog import BATCH_ID, FoldPlan, read_plan, write_plan
 from walspark.spark.lake.maintenance import expire_changes, maintain
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
-from walspark.storage import state_home
+from walspark.storage.layout import TargetLayout
 
 from .test_apply import WORKLOAD_DDL, _random_txn, assert_equal
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.spark
 
 def _log_rows(spark, target: str, table: str) -> list:
     schema, name = table.split(".")
-    return spark.read.format("delta").load(change_log_path(target, schema, name)).collect()
+    return spark.read.format("delta").load(TargetLayout(target).change_log(schema, name)).collect()
 
 
 def _engines(path: str) -> list[str]:
@@ -61,8 +61,8 @@ def test_batches_go_to_the_change_log_once(source_factory, spark, tmp_path):
     assert not (tmp_path / "lake" / "public" / "items").exists()  # nothing folded yet
     # The first batch creates each log through Spark; the next ones are appended from the driver
     # (delta-rs, no Spark job), and so are the progress rows once the table exists.
-    assert _engines(change_log_path(target, "public", "items"))[0].startswith("Apache-Spark")
-    assert all(e.startswith("delta-rs") for e in _engines(change_log_path(target, "public", "items"))[1:])
+    assert _engines(TargetLayout(target).change_log("public", "items"))[0].startswith("Apache-Spark")
+    assert all(e.startswith("delta-rs") for e in _engines(TargetLayout(target).change_log("public", "items"))[1:])
     sink.flush()
     assert any(e.startswith("delta-rs") for e in _engines(f"{target}/_walspark/progress"))
     # Replays after a crash: with the progress rows (skipped at once), and without them (a crash
@@ -93,15 +93,15 @@ def test_folded_mirror_equals_the_source_and_a_fold_done_again_changes_nothing(s
         for _ in range(15):
             _random_txn(src, rnd, live, next_id)
         src.apply(target, sink)
-    items_log = change_log_path(target, "public", "items")
+    items_log = TargetLayout(target).change_log("public", "items")
     logged = spark.read.format("delta").load(items_log).count()
-    assert logged and expire_changes(spark, target, items_log, 0) == 0  # not folded: the only copy, kept
+    assert logged and expire_changes(spark, TargetLayout(target), items_log, 0) == 0  # not folded: the only copy, kept
     sink.close()
     assert_equal(spark, src, target, "public.items", ("doc",))
     assert_equal(spark, src, target, "public.pairs")
     # A crash after the fold's commit, before its bookkeeping: the plan says not done. The fold
     # is done again, the same range, and changes nothing (Delta's transaction id).
-    home = state_home(target)
+    home = TargetLayout(target)
     plan = read_plan(home, "public", "items")
     assert plan is not None and plan.done and plan.after == -1 and plan.upto >= 3
     write_plan(home, "public", "items", FoldPlan(plan.after, plan.upto, done=False))

@@ -34,9 +34,9 @@ def _of(dfs: list, table: str) -> list:
 
 
 def _mirror(spark, target: str, schema: str, table: str):
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
-    return spark.read.format("delta").load(table_path(target, schema, table))
+    return spark.read.format("delta").load(TargetLayout(target).table(schema, table))
 
 
 def _rows(df) -> list[dict]:
@@ -169,12 +169,12 @@ def test_new_dropped_and_widened_columns(source_factory, spark, tmp_path):
 
 def test_odd_names_and_the_change_log_glue(source_factory, spark, tmp_path):
     from walspark.spark.lake.changelog import ChangeLog, FoldPlan, write_plan
-    from walspark.storage.location import state_home
+    from walspark.storage.layout import TargetLayout
 
     src = source_factory('CREATE TABLE "we ird.tab" ("a b" int PRIMARY KEY, "x.y" text, "q`t" int)')
     target = str(tmp_path / "lake")
     table = 'public."we ird.tab"'
-    log = ChangeLog(spark, target, "public", "we ird.tab")
+    log = ChangeLog(spark, TargetLayout(target), "public", "we ird.tab")
     src.sql(f"INSERT INTO {table} VALUES (1, 'a', 1), (2, 'b', 2), (3, NULL, 3)")
     [first] = src.drain()
     apply_changes(first, 0, target=target)
@@ -190,12 +190,12 @@ def test_odd_names_and_the_change_log_glue(source_factory, spark, tmp_path):
     assert canon(_rows(fresh_rows(mirror, _union([second, third]), ["a b"]))) == want
     # Nothing folded yet: batch 0 is re-applied on a mirror that holds it, harmlessly (SCD1).
     assert canon(_rows(read_table(spark, target, table))) == want
-    write_plan(state_home(target), "public", "we ird.tab", FoldPlan(-1, 0, True))
+    write_plan(TargetLayout(target), "public", "we ird.tab", FoldPlan(-1, 0, True))
     got = read_table(spark, target, ("public", "we ird.tab"))
     assert got.columns == ["a b", "x.y", "q`t"] and canon(_rows(got)) == want
     fresh_view(spark, target, table, "fresh_weird", keys=["a b"])
     assert canon(_rows(spark.sql("SELECT * FROM fresh_weird"))) == want
-    write_plan(state_home(target), "public", "we ird.tab", FoldPlan(0, 2, True))  # all folded: the mirror
+    write_plan(TargetLayout(target), "public", "we ird.tab", FoldPlan(0, 2, True))  # all folded: the mirror
     assert canon(_rows(read_table(spark, target, table))) == canon(_rows(mirror))
 
 

@@ -76,14 +76,14 @@ def _assert_equal(spark, conn: psycopg.Connection, path: Path, table: str, drop:
 
 
 def test_awkward_identifiers_replicate_exactly(spark, pg18_dsn: str, tmp_path: Path) -> None:
-    from walspark.spark.lake.tables import table_path
+    from walspark.storage.layout import TargetLayout
 
     target = str(tmp_path / "lake")
     # The documented mapping: names as they are, except what a folder cannot hold (%XX).
     main_path = tmp_path / "lake" / 'Sché"ma' / "Tä'ble.1"
     odd_path = tmp_path / "lake" / 'Sché"ma' / "a%2Fb%3Ac%25d"
-    assert table_path(target, SCHEMA, TABLE) == str(main_path)
-    assert table_path(target, SCHEMA, ODD_TABLE) == str(odd_path)
+    assert TargetLayout(target).table(SCHEMA, TABLE) == str(main_path)
+    assert TargetLayout(target).table(SCHEMA, ODD_TABLE) == str(odd_path)
 
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         _create(conn)

@@ -19,6 +19,7 @@ from walspark.spark.lake.maintenance import MaintenanceSchedule, maintain
 from walspark.spark.lake.progress import ProgressTable
 from walspark.spark.lake.sink import ApplyChanges
 from walspark.storage import location
+from walspark.storage.layout import TargetLayout
 
 from .test_apply import assert_equal
 
@@ -52,7 +53,7 @@ def test_vacuum_deletes_replaced_files_and_folds_progress(source_factory, spark,
     assert progress["numFiles"] == 4, "one file per append"
     before = _on_disk(items)
     assert len(before) > len(_referenced(spark, items)), "copy-on-write left replaced files"
-    last = ProgressTable(spark, target).last("walspark", "public", "items")
+    last = ProgressTable(spark, TargetLayout(target)).last("walspark", "public", "items")
 
     done = {m.name: m for m in maintain(spark, target, retain_hours=0)}
 
@@ -63,7 +64,7 @@ def test_vacuum_deletes_replaced_files_and_folds_progress(source_factory, spark,
     assert {f"{items}/{f}" for f in _on_disk(items)} == {u.removeprefix("file://") for u in _referenced(spark, items)}
     assert_equal(spark, src, target, "public.items")
     ProgressTable.forget()  # as a restarted pipeline would read it
-    assert ProgressTable(spark, target).last("walspark", "public", "items") == last
+    assert ProgressTable(spark, TargetLayout(target)).last("walspark", "public", "items") == last
     assert spark.read.format("delta").load(f"{target}/_walspark/progress").count() == 1
 
     # Again, through the command: nothing left to delete or fold.
@@ -80,11 +81,11 @@ def test_maintain_names_a_target_without_tables(spark, tmp_path):
 
 
 def test_schedule_starts_its_clock_then_keeps_the_rhythm_across_restarts(tmp_path):
-    home = location(str(tmp_path / "_walspark"))
+    home = TargetLayout(str(tmp_path))
     t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     schedule = MaintenanceSchedule(home, 24)
     assert not schedule.due(t0), "a first start never maintains: the clock starts"
-    assert (home / "maintenance.json").exists()
+    assert (location(str(tmp_path / "_walspark")) / "maintenance.json").exists()
     assert not schedule.due(t0 + datetime.timedelta(hours=23))
     assert schedule.due(t0 + datetime.timedelta(hours=24))
     schedule.done(t0 + datetime.timedelta(hours=25))

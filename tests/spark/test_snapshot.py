@@ -39,6 +39,7 @@ from walspark.spark.snapshot.initial import (
     run_snapshot,
 )
 from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan
+from walspark.storage.layout import TargetLayout
 from walspark.values import (
     TYPE_CATALOG_QUERY,
     TypeRegistry,
@@ -120,7 +121,7 @@ def test_many_types_snapshot_exactly(spark, pg18_dsn: str, tmp_path: Path) -> No
     _same(_delta_arrow(spark, table.path, "id"), expected)
     props = spark.sql(f"SHOW TBLPROPERTIES delta.`{table.path}`").collect()
     assert {r[0]: r[1] for r in props}["delta.columnMapping.mode"] == "name"
-    record = read_record(str(tmp_path))
+    record = read_record(TargetLayout(str(tmp_path)))
     assert record is not None and record.complete and record.consistent_point == result.consistent_point
 
 
@@ -253,7 +254,7 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
         with pytest.raises(Exception, match="fails on purpose"):
             run_snapshot(spark, pg18_dsn, "pub", "snap_fail", str(tmp_path), partition_pages=4,
                          fail_partition=("public.b", 3))
-        record = read_record(str(tmp_path))
+        record = read_record(TargetLayout(str(tmp_path)))
         assert record is not None and not record.complete and record.slot == "snap_fail"
         assert json.loads((tmp_path / "_walspark" / "snapshot.json").read_text())["state"] == "in_progress"
         # A crash would have left the slot behind: recreate it to prove the rerun cleans it up.
@@ -266,7 +267,7 @@ def test_failed_snapshot_then_rerun_is_complete(spark, pg18_dsn: str, tmp_path: 
         finally:
             spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
         assert get_slot(conn, "snap_fail").confirmed_flush_lsn == result.consistent_point
-    assert read_record(str(tmp_path)).complete
+    assert read_record(TargetLayout(str(tmp_path))).complete
     counts = {t.table: t.rows for t in result.tables}
     assert counts == {"a": 5000, "b": 5001, "e": 0}
     assert spark.read.format("delta").load(str(tmp_path / "public" / "e")).columns == ["id", "x"]

@@ -127,12 +127,12 @@ def test_table_folders_keep_names_and_never_collide() -> None:
     mapping is one-to-one (``unquote`` gives the name back) and stays out of ``_walspark``."""
     from urllib.parse import unquote
 
-    from walspark.spark.lake.tables import path_segment, table_path
+    from walspark.storage.layout import TargetLayout, path_segment
 
-    assert table_path("/lake/", 'Sché"ma', "Tä'ble.1") == "/lake/Sché\"ma/Tä'ble.1"
-    assert table_path("/lake", "public", "a/b:c%d") == "/lake/public/a%2Fb%3Ac%25d"
-    assert table_path("/lake", "_walspark", "progress") == "/lake/%5Fwalspark/progress"
-    assert table_path("/lake", "s", "_walspark") == "/lake/s/_walspark"  # only the schema level is reserved
+    assert TargetLayout("/lake/").table('Sché"ma', "Tä'ble.1") == "/lake/Sché\"ma/Tä'ble.1"
+    assert TargetLayout("/lake").table("public", "a/b:c%d") == "/lake/public/a%2Fb%3Ac%25d"
+    assert TargetLayout("/lake").table("_walspark", "progress") == "/lake/%5Fwalspark/progress"
+    assert TargetLayout("/lake").table("s", "_walspark") == "/lake/s/_walspark"  # only the schema level is reserved
     names = ["a/b", "a%2Fb", "a%252Fb", "..", ".", ".x", "%2E", "tab\tx", "a\\b", "名前", "x:y", "_walspark", "%5Fwalspark"]
     segments = [path_segment(n, schema=True) for n in names]
     assert len(set(segments)) == len(names)
@@ -164,16 +164,17 @@ def test_progress_rows_from_the_driver_across_short_runs(tmp_path):
 
     from walspark.spark.lake import driver_append
     from walspark.spark.lake.progress import AUTO_COMPACT, COMPACT_EVERY, ProgressRow, ProgressTable
+    from walspark.storage.layout import TargetLayout
 
     path = str(tmp_path / "_walspark" / "progress")
     for batch in range(COMPACT_EVERY + 2):
         ProgressTable.forget()  # a new process each time
         ProgressTable._appends.clear()
-        ProgressTable(None, str(tmp_path)).record_many(  # type: ignore[arg-type]
+        ProgressTable(None, TargetLayout(str(tmp_path))).record_many(  # type: ignore[arg-type]
             [ProgressRow("q", "public", "t", batch, 1000 + batch, 1, "scd1")]
         )
         assert driver_append.file_count(path) < COMPACT_EVERY
     ProgressTable.forget()
-    last = ProgressTable(None, str(tmp_path)).last("q", "public", "t")  # type: ignore[arg-type]
+    last = ProgressTable(None, TargetLayout(str(tmp_path))).last("q", "public", "t")  # type: ignore[arg-type]
     assert last is not None and (last.batch_id, last.commit_lsn) == (COMPACT_EVERY + 1, 1000 + COMPACT_EVERY + 1)
     assert DeltaTable(path).metadata().configuration.get(AUTO_COMPACT) == "true"

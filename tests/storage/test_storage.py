@@ -9,6 +9,7 @@ import pytest
 from pyarrow import ipc
 
 from walspark.storage import Location, StorageSettings, location, spark_conf_from_env
+from walspark.storage.layout import TargetLayout
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -186,5 +187,5 @@ def test_run_takes_spark_settings_like_spark_submit() -> None:
     assert (settings.checkpoint, settings.staging) == ("s3a://b/state/checkpoints/slot", "s3a://b/state/staging/slot")
     assert RunSettings("dsn", "pub", "slot", "s3a://b/lake/").staging == "s3a://b/lake/_walspark/staging/slot"
     # the progress table follows --state too (its own Delta table beside the checkpoint)
-    assert ProgressTable(None, "s3a://b/lake", "s3a://b/state/").path == "s3a://b/state/progress"  # type: ignore[arg-type]
-    assert ProgressTable(None, "s3a://b/lake/").path == "s3a://b/lake/_walspark/progress"  # type: ignore[arg-type]
+    assert ProgressTable(None, TargetLayout("s3a://b/lake", "s3a://b/state/")).path == "s3a://b/state/progress"  # type: ignore[arg-type]
+    assert ProgressTable(None, TargetLayout("s3a://b/lake/")).path == "s3a://b/lake/_walspark/progress"  # type: ignore[arg-type]

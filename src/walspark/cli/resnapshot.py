@@ -26,14 +26,15 @@ def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
     from walspark.source.errors import OptionError
     from walspark.spark.datasource.schema import parse_table_name
     from walspark.spark.tablesync.state import request_resnapshot
-    from walspark.storage import state_home
+    from walspark.storage import TargetLayout
 
-    if not state_home(target, state).list():
+    layout = TargetLayout(target, state)
+    if not layout.home_location().list():
         raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "
                                    "give the --target of walspark run")
     try:  # a name that does not parse, or is not one of the pipeline's tables
         names = [parse_table_name(t) for t in tables]
-        path = request_resnapshot(target, names, state)
+        path = request_resnapshot(layout, names)
     except (ValueError, OptionError) as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "

@@ -176,17 +176,17 @@ def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: 
     from walspark.pipeline.progress import format_bytes, format_seconds
     from walspark.pipeline.status import ACTIVE_PHASES, read_status_files
     from walspark.spark.tablesync.state import SyncStore
-    from walspark.storage import state_home
+    from walspark.storage import TargetLayout
 
+    layout = TargetLayout(target, state)
     with cli_errors(None):
-        home = str(state_home(target, state))
-        records = [r for r in read_status_files(home) if slot is None or r["slot"] == slot]
+        records = [r for r in read_status_files(layout) if slot is None or r["slot"] == slot]
         if not records:
             which = f" for slot {slot!r}" if slot else ""
-            raise CommandError(f"no pipeline status{which} under {home}: no `walspark run` has written "
+            raise CommandError(f"no pipeline status{which} under {layout.home}: no `walspark run` has written "
                                        "to this target yet (or give --state if it was run with one)")  # fmt: skip
         try:
-            copying = sorted(f"{s.schema}.{s.table}" for s in SyncStore.for_target(target, state).all() if s.syncing)
+            copying = sorted(f"{s.schema}.{s.table}" for s in SyncStore(layout).all() if s.syncing)
         except Exception:  # noqa: BLE001 - a state file being rewritten: shown as unknown
             copying = None
     if as_json:

@@ -98,8 +98,8 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     """Begin the run's fresh checkpoint with an empty batch 0 ending at ``lsn`` (the slot's
     confirmed position), as the query's first micro-batch would; False: leave it to the query
     (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
+    from walspark._injection import crash_point
     from walspark.spark.datasource.offsets import start_checkpoint
-    from walspark.spark.lake.fold_worker import crash_point
     from walspark.storage import location
 
     if _turned_off() or not location(settings.checkpoint).is_local:
@@ -163,9 +163,9 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
     None when there is none (everything up to the target applied, or a schema change ahead)."""
     import pyarrow as pa
 
+    from walspark._injection import crash_point
     from walspark.spark.datasource.offsets import from_offset, to_offset
     from walspark.spark.datasource.schema import SchemaChangedError
-    from walspark.spark.lake.fold_worker import crash_point
 
     start = to_offset(last.end)
     try:

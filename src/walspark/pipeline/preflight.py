@@ -57,12 +57,12 @@ def preflight(settings: RunSettings) -> None:
     """
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record
-    from walspark.storage import StorageSettings, state_home
+    from walspark.storage import StorageSettings
 
     check_settings(settings)
-    home = state_home(settings.target, settings.state, StorageSettings.resolve(settings.conf))  # Spark may not be up yet
-    check_target(home, "--state" if settings.state else "--target")
-    record = read_record(settings.target, home)
+    storage = StorageSettings.resolve(settings.conf)  # Spark may not be up yet
+    check_target(settings.layout.home_location(storage), "--state" if settings.state else "--target")
+    record = read_record(settings.layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
     check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
                          slot_free_within=SLOT_FREE_SECONDS)
@@ -139,7 +139,7 @@ def needs_snapshot(settings: RunSettings) -> bool:
     from walspark.source.slots import get_slot
     from walspark.spark.snapshot.initial import read_record
 
-    record = read_record(settings.target, settings.state)
+    record = read_record(settings.layout)
     if record is not None and record.slot == settings.slot and not record.complete:
         return True
     with psycopg.connect(settings.dsn, autocommit=True) as conn:

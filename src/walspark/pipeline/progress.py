@@ -2,8 +2,8 @@
 
 One line per micro-batch (change rows, rows/s, how far behind the source in seconds and in WAL)
 goes to the ``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a
-logger; and while the stream is idle, a line a minute saying it is up to date. The same
-listener tells the stager that a batch reached Spark's commit log, so the slot can be confirmed.
+logger; and while the stream is idle, a line a minute saying it is up to date. It only reports:
+telling the stager which batches are committed is the data source's (:mod:`~walspark.spark.datasource.commits`).
 Spark delivers listener events for every query of the session, so only this pipeline's query
 (by name) is looked at: a notebook may run other streams beside it. Events reach listeners
 asynchronously, so a batch that started before this listener existed (an earlier run's, in the
@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from walspark.pipeline.status import Tracker
 
@@ -39,14 +40,12 @@ class StreamProgress:
     date and the slot's lag (``slot``: its name). Registered as a Spark streaming listener.
     """
 
-    def __init__(self, dsn: str, say: Callable[[str], None], staging: str | None = None, *,
-                 query_name: str | None = None, tracker: Tracker | None = None, slot: str | None = None,
+    def __init__(self, dsn: str, say: Callable[[str], None], *, query_name: str | None = None, tracker: Tracker | None = None, slot: str | None = None,
                  heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:  # fmt: skip
         from pyspark.sql.streaming import StreamingQueryListener
 
         self.dsn = dsn
         self.say = say
-        self.staging = staging
         self.query_name = query_name
         self.tracker = tracker
         self.slot = slot
@@ -54,7 +53,8 @@ class StreamProgress:
         self.since = datetime.now(UTC)
         self._query_ids: set[str] = set()
         self._said_through = -1  # the last batch id whose line was said (by the listener or catch_up)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._conn: Any = None  # psycopg's, opened at the first line that asks the server
         self._last_line = self._last_change = time.monotonic()
         progress = self
 
@@ -83,13 +83,8 @@ class StreamProgress:
         end = None
         try:
             end = json.loads(progress.sources[0].endOffset)["lsn"]
-            if self.staging is not None:  # the batch is in the commit log: the stager may confirm it now
-                from walspark.protocol import parse_lsn
-                from walspark.spark.datasource.staging import note_committed_end
-
-                note_committed_end(self.staging, parse_lsn(end))
-        except Exception:
-            log.debug("could not note the committed batch end", exc_info=True)
+        except (IndexError, KeyError, TypeError, ValueError):
+            log.debug("no end offset in the batch's progress", exc_info=True)
         # What the sink took, not Spark's count of rows read (change-log mode reads a batch twice)
         taken = self.tracker.rows_of(progress.batchId) if self.tracker is not None else None
         rows = progress.numInputRows if taken is None else taken
@@ -160,28 +155,41 @@ class StreamProgress:
 
     def ours(self, progress) -> bool:
         """Whether a progress event is of this run's query: its name, and a batch begun since."""
-        if self.query_name is not None and getattr(progress, "name", self.query_name) != self.query_name:
-            return False  # another query of the session
-        started = getattr(progress, "timestamp", None)
-        return not started or datetime.fromisoformat(started) >= self.since
+        from walspark.spark.datasource.commits import is_query_progress
 
-    def _lag_bytes(self, end_lsn: str) -> int:
+        return is_query_progress(progress, self.query_name, self.since)
+
+    def _ask(self, query: str, params: tuple[Any, ...]) -> Any:
+        """The first value of ``query``'s row (None: no row), on one connection kept for the run."""
         from walspark.source.connect import connect_sql
 
-        with connect_sql(self.dsn) as conn:
-            return int(conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)).fetchone()[0])  # type: ignore[index]
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = connect_sql(self.dsn)
+            try:
+                row = self._conn.execute(query, params).fetchone()
+            except Exception:
+                self.close()  # a broken connection: the next line connects again
+                raise
+        return None if row is None else row[0]
+
+    def close(self) -> None:
+        """Close the connection the lag is asked on (the run ended)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _lag_bytes(self, end_lsn: str) -> int:
+        return int(self._ask("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)))
 
     def _slot_lag_bytes(self) -> int | None:
         """The server's WAL position minus what the slot has confirmed (an idle stream confirms
         the WAL it skips, so this stays small while nothing is published)."""
         if self.slot is None:
             return None
-        from walspark.source.connect import connect_sql
-
-        with connect_sql(self.dsn) as conn:
-            row = conn.execute("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots"
-                               " WHERE slot_name = %s", (self.slot,)).fetchone()  # fmt: skip
-        return None if row is None or row[0] is None else int(row[0])
+        lag = self._ask("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots"
+                        " WHERE slot_name = %s", (self.slot,))  # fmt: skip
+        return None if lag is None else int(lag)
 
 
 def format_rate(per_second: float) -> str:

@@ -61,19 +61,34 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
     """Start the streaming query, again after each schema change; returns how many were started.
 
     Returns early (0 starts) when a stop was requested before the first query, or when a
-    ``--once`` run needs none (:func:`skip_query`). ``progress`` prints the batch lines.
+    ``--once`` run needs none (:func:`skip_query`). ``progress`` prints the batch lines; the data
+    source's :class:`~walspark.spark.datasource.commits.CommitNotes` tell its stager which batches
+    are committed.
     """
+    from walspark.spark.datasource.commits import CommitNotes
+
+    commits = CommitNotes(settings.staging, settings.query_name)
+    spark.streams.addListener(commits.listener)
+    try:
+        return _run_queries(spark, settings, sink, sync, say, tracker, progress, commits)
+    finally:
+        spark.streams.removeListener(commits.listener)
+
+
+def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
+                 tracker: Tracker | None, progress: StreamProgress | None, commits: Any) -> int:  # fmt: skip
     from pyspark.errors import StreamingQueryException
 
+    from walspark.spark.datasource.schema import is_schema_change
     from walspark.spark.datasource.shapes import read_barrier
     from walspark.spark.lake.maintenance import MaintenanceSchedule
-    from walspark.storage import current_settings, state_home
+    from walspark.storage import current_settings
 
     starts = worker_failures = 0
-    schedule = MaintenanceSchedule(state_home(settings.target, settings.state), settings.maintenance_hours)
+    schedule = MaintenanceSchedule(settings.layout, settings.maintenance_hours)
     barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
     tracker = tracker or Tracker()
-    progress = progress or StreamProgress(settings.dsn, say, settings.staging, tracker=tracker)
+    progress = progress or StreamProgress(settings.dsn, say, tracker=tracker)
 
     def apply(batch_df, batch_id: int) -> None:
         tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
@@ -114,7 +129,8 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                     maintain_if_due(spark, settings, schedule, say)
         except StreamingQueryException as exc:
             progress.catch_up(query)
-            if "SchemaChangedError" in str(exc) and starts <= MAX_SCHEMA_RESTARTS:
+            commits.catch_up(query)
+            if is_schema_change(exc) and starts <= MAX_SCHEMA_RESTARTS:
                 barrier = past_barrier(settings, barrier, say, "restarting the query")
                 continue
             if any(failure in str(exc) for failure in _WORKER_START_FAILURES):
@@ -133,6 +149,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         finally:
             settings.stop.deferred = False
         progress.catch_up(query)  # the last batches' lines, whose listener events may come later
+        commits.catch_up(query)
         if settings.once:  # everything the slot held is applied: DDL of since can be followed in full
             follow_catalog(spark, sink, changes.schema, sync.published(), drained=True)
             maintain_if_due(spark, settings, schedule, say)

@@ -41,7 +41,7 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     from walspark.spark import register
 
     tracker = tracker or Tracker()
-    tracker.publish_to(status_writer(settings.home, settings.slot))  # for `walspark status --target`
+    tracker.publish_to(status_writer(settings.layout, settings.slot))  # for `walspark status --target`
     if tracker.state == "created":
         tracker.phase("starting")
     register(spark)
@@ -72,12 +72,12 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
                               progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
         tracker.snapshot_done(len(result.tables))
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
-        SyncStore.for_target(settings.target, settings.state).reset()  # every table is freshly copied
+        SyncStore(settings.layout).reset()  # every table is freshly copied
     from walspark.spark.tablesync.sync import TableSync
 
-    sync = TableSync(spark, settings.dsn, settings.publication, settings.target,
+    sync = TableSync(spark, settings.dsn, settings.publication, settings.layout,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
-                     say=say, state=settings.state)  # fmt: skip
+                     say=say)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
             .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
     if settings.change_log:
@@ -85,7 +85,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)
-    progress = StreamProgress(settings.dsn, say, settings.staging, query_name=settings.query_name, tracker=tracker,
+    progress = StreamProgress(settings.dsn, say, query_name=settings.query_name, tracker=tracker,
                               slot=settings.slot)  # fmt: skip
     spark.streams.addListener(progress.listener)
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
@@ -98,6 +98,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     finally:
         sync.stop()
         spark.streams.removeListener(progress.listener)
+        progress.close()
         if not ok:
             sink.abort()  # no background fold outlives a failed run
     sink.close()  # the last batch's progress rows, written in the background; change logs folded

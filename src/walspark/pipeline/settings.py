@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 
 from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
+from walspark.storage.layout import TargetLayout
 
 __all__ = ["RunSettings", "StopSwitch"]
 
@@ -81,16 +82,17 @@ class RunSettings:
     keep_changes_hours: float | None = None
 
     @property
-    def home(self) -> str:
-        return self.state.rstrip("/") if self.state else f"{self.target.rstrip('/')}/_walspark"
+    def layout(self) -> TargetLayout:
+        """Where the tables and walspark's own files of this run live."""
+        return TargetLayout(self.target, self.state)
 
     @property
     def checkpoint(self) -> str:
-        return f"{self.home}/checkpoints/{self.slot}"
+        return self.layout.checkpoint(self.slot)
 
     @property
     def staging(self) -> str:
-        return f"{self.home}/staging/{self.slot}"
+        return self.layout.staging(self.slot)
 
     @property
     def query_name(self) -> str:

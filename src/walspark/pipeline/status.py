@@ -23,7 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from walspark.storage.layout import TargetLayout
 
 __all__ = ["ACTIVE_PHASES", "PHASES", "BatchProgress", "PipelineStatus", "RunSummary", "Tracker", "read_status_files",
            "status_writer"]
@@ -292,13 +295,13 @@ class Tracker:
             )  # fmt: skip
 
 
-def status_writer(home: str, slot: str) -> Callable[[PipelineStatus], None]:
-    """What :meth:`Tracker.publish_to` calls to keep ``<home>/status/<slot>.json`` (``home``: the
-    pipeline's state folder, local or on an object store): the status, the slot, and which
-    process on which host writes it, so a reader tells a pipeline that died from one that runs."""
+def status_writer(layout: TargetLayout, slot: str) -> Callable[[PipelineStatus], None]:
+    """What :meth:`Tracker.publish_to` calls to keep ``slot``'s status document in the state
+    folder (local or on an object store): the status, the slot, and which process on which host
+    writes it, so a reader tells a pipeline that died from one that runs."""
     from walspark.storage import location
 
-    where = location(f"{home.rstrip('/')}/status/{slot}.json")
+    where = location(layout.status(slot))
     who = {"slot": slot, "pid": os.getpid(), "host": socket.gethostname()}
 
     def write(status: PipelineStatus) -> None:
@@ -308,14 +311,14 @@ def status_writer(home: str, slot: str) -> Callable[[PipelineStatus], None]:
     return write
 
 
-def read_status_files(home: str) -> list[dict[str, Any]]:
-    """The status files of the pipelines that keep their state in ``home`` (by slot), each with
+def read_status_files(layout: TargetLayout) -> list[dict[str, Any]]:
+    """The status files of the pipelines that keep their state in ``layout`` (by slot), each with
     ``running``: True or False where this host can tell (the writer's process on this host),
     None where it cannot (another host)."""
     from walspark.storage import location
 
     out = []
-    for entry in sorted(location(f"{home.rstrip('/')}/status").list(), key=lambda e: e.name):
+    for entry in sorted(location(layout.status()).list(), key=lambda e: e.name):
         if not entry.name.endswith(".json") or entry.name.startswith("."):
             continue
         try:

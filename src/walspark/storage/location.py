@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from walspark.storage.settings import StorageSettings, current_settings
 
-__all__ = ["Location", "location", "state_home"]
+__all__ = ["Location", "location"]
 
 _S3 = ("s3a", "s3", "s3n")
 
@@ -55,12 +55,6 @@ def location(uri: str | os.PathLike[str] | Location, settings: StorageSettings |
     fs, root = _filesystem(scheme, parts.netloc, settings)
     path = (root + "/" + parts.path.lstrip("/")).rstrip("/") if root else parts.path.rstrip("/")
     return Location(fs, path, f"{scheme}://{parts.netloc}", settings)
-
-
-def state_home(target: str, state: str | Location | None = None, settings: StorageSettings | None = None) -> Location:
-    """The folder of walspark's state for ``target``: ``state`` if given (``walspark run --state``),
-    else ``<target>/_walspark``."""
-    return location(state, settings) if state else location(f"{str(target).rstrip('/')}/_walspark", settings)
 
 
 @functools.lru_cache(maxsize=32)

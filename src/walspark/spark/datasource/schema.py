@@ -44,6 +44,7 @@ __all__ = [
     "catalog_registrations",
     "check_relation",
     "declared_type_oids",
+    "is_schema_change",
     "merge_structs",
     "parse_table_name",
     "published_tables",
@@ -61,6 +62,12 @@ class SchemaChangedError(RuntimeError):
     Relation message adds or retypes a column, or a table joins the publication. Restart the
     query: the new schema is read from the catalog at start (``walspark run`` does it itself).
     """
+
+
+def is_schema_change(error: BaseException) -> bool:
+    """Whether a streaming query ended with :class:`SchemaChangedError`: raised in the source's
+    Python process, it reaches the driver through the JVM as text, so its name is what tells."""
+    return SchemaChangedError.__name__ in str(error)
 
 
 def parse_table_name(text: str) -> tuple[str, str]:

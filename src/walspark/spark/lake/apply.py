@@ -69,7 +69,6 @@ from walspark.spark.lake.fold import (
     resolve_from_moved_keys,
 )
 from walspark.spark.lake.frames import TableRows
-from walspark.spark.lake.tables import table_path
 from walspark.spark.lake.writes import (
     IdempotentWrite,
     append_inserts,
@@ -77,6 +76,7 @@ from walspark.spark.lake.writes import (
     merge_scd1,
     txn_app_id,
 )
+from walspark.storage.layout import TargetLayout
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,11 @@ def apply_changes(
         facts = batch_facts(batch_df, table, keys)
         if facts is None:
             return None
-        result, record = apply_table(batch_df.sparkSession, batch_df, batch_id, facts, target=target, mode=mode,
+        layout = TargetLayout(target)
+        result, record = apply_table(batch_df.sparkSession, batch_df, batch_id, facts, layout=layout, mode=mode,
                                       app_id=app_id)  # fmt: skip
         if record is not None:
-            ProgressTable(batch_df.sparkSession, target).record_many([record])
+            ProgressTable(batch_df.sparkSession, layout).record_many([record])
         return result
     finally:
         batch_df.unpersist()
@@ -146,11 +147,10 @@ def apply_table(
     batch_id: int,
     facts: BatchFacts,
     *,
-    target: str,
+    layout: TargetLayout,
     mode: Mode,
     app_id: str,
     known: dict[str, dict[str, DataType | None]] | None = None,
-    state: str | None = None,
     arrow: pa.Table | None = None,
 ) -> tuple[ApplyResult, ProgressRow | None]:
     """Apply one table's batch (its facts already known); returns the progress row to record.
@@ -166,8 +166,8 @@ def apply_table(
 
     schema, name = facts.schema, facts.table
     began = time.monotonic()
-    path = table_path(target, schema, name)
-    done = ProgressTable(spark, target, state).last(app_id, schema, name)
+    path = layout.table(schema, name)
+    done = ProgressTable(spark, layout).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already applied (progress at batch %d)", schema, name, batch_id, done.batch_id)
         return ApplyResult(schema, name, path, facts.rows, skipped=True, commit_lsn=done.commit_lsn), None

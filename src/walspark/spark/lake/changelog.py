@@ -39,30 +39,24 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField
 
-    from walspark.storage import Location
-
-from walspark.spark.lake.tables import CHANGES, TABLE_PROPERTIES, is_delta_table, path_segment, table_path
+from walspark.spark.lake.tables import TABLE_PROPERTIES, is_delta_table
+from walspark.storage.layout import TargetLayout
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BATCH_ID", "CHANGES", "ChangeLog", "FoldPlan", "change_log_path", "change_log_tables", "folded_through", "read_change_log"]
+__all__ = ["BATCH_ID", "ChangeLog", "FoldPlan", "change_log_tables", "folded_through", "read_change_log"]
 
 #: The change log's column of the micro-batch that appended a row.
 BATCH_ID = "_batch_id"
 
 
-def change_log_path(target: str, schema: str, table: str) -> str:
-    """``<target>/_changes/<schema>/<table>``: where a source table's change log lives."""
-    return table_path(f"{target.rstrip('/')}/{CHANGES}", schema, table)
-
-
-def change_log_tables(target: str) -> list[tuple[str, str]]:
-    """The ``(schema, table)`` of every change log under ``target`` (two listings deep)."""
+def change_log_tables(layout: TargetLayout) -> list[tuple[str, str]]:
+    """The ``(schema, table)`` of every change log of the target (two listings deep)."""
     from urllib.parse import unquote
 
     from walspark.storage import location
 
-    root = location(f"{target.rstrip('/')}/{CHANGES}")
+    root = location(layout.changes)
     found = []
     for schema_dir in root.list() if root.exists() else []:
         for table_dir in schema_dir.list():
@@ -111,13 +105,13 @@ class ChangeLog:
     """One table's change log: append a batch, read a range of batches."""
 
     spark: SparkSession
-    target: str
+    layout: TargetLayout
     schema: str
     table: str
 
     @property
     def path(self) -> str:
-        return change_log_path(self.target, self.schema, self.table)
+        return self.layout.change_log(self.schema, self.table)
 
     def exists(self) -> bool:
         return is_delta_table(self.path)
@@ -234,10 +228,10 @@ class ChangeLog:
         return None if row is None else row[0]
 
 
-def read_change_log(spark: SparkSession, target: str, schema: str, table: str, *, after: int,
+def read_change_log(spark: SparkSession, layout: TargetLayout, schema: str, table: str, *, after: int,
                     upto: int | None = None) -> DataFrame | None:  # fmt: skip
     """The change rows of ``schema.table`` appended by batches ``after < _batch_id <= upto``."""
-    return ChangeLog(spark, target, schema, table).read(after, upto)
+    return ChangeLog(spark, layout, schema, table).read(after, upto)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,24 +252,18 @@ class FoldPlan:
         return self.upto if self.done else self.after
 
 
-def plan_file(home: Location, schema: str, table: str) -> Location:
-    return home / "folds" / path_segment(schema, schema=True) / (path_segment(table) + ".json")
-
-
-def read_plan(home: Location, schema: str, table: str) -> FoldPlan | None:
-    data = plan_file(home, schema, table).read_json()
+def read_plan(layout: TargetLayout, schema: str, table: str) -> FoldPlan | None:
+    data = layout.fold_plan(schema, table).read_json()
     return None if data is None else FoldPlan(int(data["after"]), int(data["upto"]), bool(data["done"]))
 
 
-def write_plan(home: Location, schema: str, table: str, plan: FoldPlan) -> None:
-    plan_file(home, schema, table).write_json({"after": plan.after, "upto": plan.upto, "done": plan.done})
+def write_plan(layout: TargetLayout, schema: str, table: str, plan: FoldPlan) -> None:
+    layout.fold_plan(schema, table).write_json({"after": plan.after, "upto": plan.upto, "done": plan.done})
 
 
-def folded_through(target: str, schema: str, table: str, state: str | None = None) -> int:
+def folded_through(layout: TargetLayout, schema: str, table: str) -> int:
     """The highest batch id of the change log already folded into the mirror (-1: none)."""
-    from walspark.storage.location import state_home
-
-    plan = read_plan(state_home(target, state), schema, table)
+    plan = read_plan(layout, schema, table)
     return -1 if plan is None else plan.folded
 
 
@@ -283,8 +271,8 @@ def folded_through(target: str, schema: str, table: str, state: str | None = Non
 # The hot path's write
 
 
-def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any, *, target: str, app_id: str,
-                 state: str | None, known: dict[str, Any] | None = None, before_reshape: Any = None,
+def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any, *, layout: TargetLayout,
+                 app_id: str, known: dict[str, Any] | None = None, before_reshape: Any = None,
                  arrow: pa.Table | None = None) -> tuple[Any, Any]:  # fmt: skip
     """Append one table's batch to its change log, exactly once; returns the
     :class:`~.apply.ApplyResult` and the progress row to record (None: already recorded).
@@ -302,9 +290,9 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
     from walspark.spark.lake.progress import ProgressRow, ProgressTable
 
     schema, name = facts.schema, facts.table
-    changes = ChangeLog(spark, target, schema, name)
+    changes = ChangeLog(spark, layout, schema, name)
     record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, "log")
-    done = ProgressTable(spark, target, state).last(app_id, schema, name)
+    done = ProgressTable(spark, layout).last(app_id, schema, name)
     if done is not None and done.batch_id >= batch_id:
         log.info("%s.%s: batch %d already in the change log (progress at batch %d)", schema, name, batch_id,
                  done.batch_id)  # fmt: skip

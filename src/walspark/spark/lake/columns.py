@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 
+from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
 from walspark.spark.lake.tables import quote
 
 log = logging.getLogger(__name__)
@@ -23,11 +24,9 @@ log = logging.getLogger(__name__)
 Mode = Literal["scd1", "scd2"]
 
 
-ENVELOPE_COLUMNS = (
-    "_commit_lsn", "_lsn", "_seq", "_xid", "_commit_time", "_origin", "_op",
-    "_schema", "_table", "_relation_version", "_key",
-)  # fmt: skip
-CHANGE_COLUMNS = frozenset((*ENVELOPE_COLUMNS, "_old", "_unchanged"))
+#: The change rows' envelope, as :mod:`walspark.changes.rows` makes it.
+ENVELOPE_COLUMNS = tuple(ENVELOPE.names)
+CHANGE_COLUMNS = frozenset((*ENVELOPE_COLUMNS, "_old", UNCHANGED_FIELD.name))
 
 #: SCD2 validity columns: structs of the commit LSN and commit time of the change that opened /
 #: closed the row version (``__END_AT`` null on the current version).

@@ -29,7 +29,6 @@ mirror lacks is in a change log: a restart folds it.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,36 +39,21 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from walspark.spark.lake.apply import ApplyResult
+    from walspark.storage.layout import TargetLayout
 
+from walspark._injection import crash_point
 from walspark.spark.lake.changelog import ChangeLog, FoldPlan, change_log_tables, read_plan, write_plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CRASH_VARIABLE", "Folder", "crash_point", "fold_app_id"]
+__all__ = ["Folder", "fold_app_id"]
 
 Table = tuple[str, str]
 
-#: Test hook of the crash suite: the driver kills its own process group (the JVM with it) when it
-#: reaches the point named here — ``changes-appended`` (a batch's change logs are durable, Spark
-#: has not committed the batch, so the slot is not confirmed), ``fold-planned`` (a fold's plan is
-#: written, nothing folded), ``fold-committed`` (the mirror holds the fold, its progress row and
-#: plan do not); and a ``--once`` run's driver batches (:mod:`walspark.pipeline.driver_batch`):
-#: ``checkpoint-logged`` (a begun checkpoint's batch 0 planned, not committed),
-#: ``driver-batch-logged``, ``driver-batch-applied``.
-CRASH_VARIABLE = "WALSPARK_TEST_CRASH_AT"
 
 
 #: The Spark local property naming a job's scheduler pool.
 _POOL = "spark.scheduler.pool"
-
-
-def crash_point(name: str) -> None:
-    """SIGKILL this process group here if the crash suite asked for it (see :data:`CRASH_VARIABLE`)."""
-    if os.environ.get(CRASH_VARIABLE) == name:
-        import signal
-
-        log.warning("test hook: killed at %s", name)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def fold_app_id(app_id: str) -> str:
@@ -86,14 +70,11 @@ class Folder:
     :meth:`drain` folds everything appended so far, in the calling thread.
     """
 
-    def __init__(self, spark: SparkSession, target: str, *, app_id: str, state: str | None,
+    def __init__(self, spark: SparkSession, layout: TargetLayout, *, app_id: str,
                  options_for: Callable[[str, str], Any], known: dict[str, Any], interval: float = 0.0,
                  parallelism: int = 4) -> None:  # fmt: skip
-        from walspark.storage.location import state_home
-
-        self.spark, self.target, self.state = spark, target, state
+        self.spark, self.layout = spark, layout
         self.app_id = fold_app_id(app_id)
-        self.home = state_home(target, state)
         self.options_for, self.known = options_for, known
         self.interval, self.parallelism = interval, parallelism
         self._locks: dict[Table, threading.Lock] = {}
@@ -155,8 +136,8 @@ class Folder:
 
     def _fold(self, table: Table, session: SparkSession) -> ApplyResult | None:
         schema, name = table
-        changes = ChangeLog(session, self.target, schema, name)
-        plan = read_plan(self.home, schema, name)
+        changes = ChangeLog(session, self.layout, schema, name)
+        plan = read_plan(self.layout, schema, name)
         if plan is None or plan.done:
             after = -1 if plan is None else plan.upto
             upto = self._appended.get(table)
@@ -168,7 +149,7 @@ class Folder:
                 self._folded[table] = after
                 return None
             plan = FoldPlan(after, upto, done=False)
-            write_plan(self.home, schema, name, plan)
+            write_plan(self.layout, schema, name, plan)
             crash_point("fold-planned")
         else:
             log.info("%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto)
@@ -181,7 +162,7 @@ class Folder:
             # Decided from the range's rows alone, so a fold done again decides the same.
             for after, upto in zip(result[1], result[1][1:], strict=False):
                 self._apply(session, changes, table, options, after, upto, stepwise=False)
-        write_plan(self.home, schema, name, FoldPlan(plan.after, plan.upto, done=True))
+        write_plan(self.layout, schema, name, FoldPlan(plan.after, plan.upto, done=True))
         self._folded[table] = plan.upto
         log.info("%s.%s: folded batches (%d, %d]", schema, name, plan.after, plan.upto)
         return None if result is None else result[0]
@@ -207,11 +188,11 @@ class Folder:
                 batches = changes.batches(after, upto)
                 if len(batches) > 1:
                     return None, [after, *batches]
-            result, record = apply_table(session, rows, upto, facts, target=self.target, mode=options.mode,
-                                          app_id=self.app_id, known=self.known, state=self.state)  # fmt: skip
+            result, record = apply_table(session, rows, upto, facts, layout=self.layout, mode=options.mode,
+                                          app_id=self.app_id, known=self.known)  # fmt: skip
             crash_point("fold-committed")
             if record is not None:
-                ProgressTable(session, self.target, self.state).record_many([record])
+                ProgressTable(session, self.layout).record_many([record])
             return result, []
         finally:
             rows.unpersist()
@@ -226,7 +207,7 @@ class Folder:
     def _on_disk(self) -> list[Table]:
         """Every table with a change log: a restarted process folds what an earlier one left."""
         if self._disk is None:
-            self._disk = change_log_tables(self.target)
+            self._disk = change_log_tables(self.layout)
         return self._disk
 
     # ------------------------------------------------------------------------------------------

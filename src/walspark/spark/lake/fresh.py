@@ -34,7 +34,8 @@ from walspark.spark.lake.changelog import BATCH_ID
 from walspark.spark.lake.columns import _P, ROW_MARKER, SCD2_COLUMNS, key_column, lsn_literal_order
 from walspark.spark.lake.facts import batch_facts
 from walspark.spark.lake.frames import row_fields
-from walspark.spark.lake.tables import quote, table_path
+from walspark.spark.lake.tables import quote
+from walspark.storage.layout import TargetLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -277,12 +278,13 @@ def read_table(spark: SparkSession, target: str, table: str | tuple[str, str], *
     from walspark.spark.lake.tables import is_delta_table
 
     schema, name = table_name(table)
-    qualified, path = f"{schema}.{name}", table_path(target, schema, name)
-    folded = changelog.folded_through(target, schema, name, state)
+    layout = TargetLayout(target, state)
+    qualified, path = f"{schema}.{name}", layout.table(schema, name)
+    folded = changelog.folded_through(layout, schema, name)
     mirror = spark.read.format("delta").load(path) if is_delta_table(path) else None
     if mirror is not None:
         refuse_history(mirror.columns, qualified, path)
-    pending = changelog.read_change_log(spark, target, schema, name, after=folded)
+    pending = changelog.read_change_log(spark, layout, schema, name, after=folded)
     if pending is None:
         if mirror is None:
             raise ValueError(f"{qualified}: no table at {path} and no change log under {target}")

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from walspark.spark.lake.changelog import change_log_path, change_log_tables
-from walspark.spark.lake.tables import CHANGES, HOME, is_delta_table
-from walspark.storage import Location, location, state_home
+from walspark.spark.lake.changelog import change_log_tables
+from walspark.spark.lake.tables import is_delta_table
+from walspark.storage import Location, location
+from walspark.storage.layout import CHANGES, CHECKPOINTS, HOME, STAGING, TargetLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -83,21 +84,21 @@ class Maintained:
         return f"{head}; {self.note}" if self.note else head
 
 
-def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Location]]:
+def delta_tables(layout: TargetLayout) -> list[tuple[str, Location]]:
     """The Delta tables of a pipeline: ``<target>/<schema>/<table>`` named ``schema.table``, then
     walspark's own under its home, named by their path below the target (``_walspark/progress``)."""
     found: list[tuple[str, Location]] = []
-    for schema_dir in location(target).list():
+    for schema_dir in location(layout.target).list():
         if schema_dir.name == HOME:
             continue
         if schema_dir.name == CHANGES:  # the change logs (walspark run --change-log)
-            found += [(f"{CHANGES}/{schema}.{table}", location(change_log_path(target, schema, table)))
-                      for schema, table in change_log_tables(target)]  # fmt: skip
+            found += [(f"{CHANGES}/{schema}.{table}", location(layout.change_log(schema, table)))
+                      for schema, table in change_log_tables(layout)]  # fmt: skip
             continue
         for table_dir in schema_dir.list():
             if is_delta_table(table_dir):
                 found.append((f"{unquote(schema_dir.name)}.{unquote(table_dir.name)}", table_dir))
-    home = state_home(target, state)
+    home = layout.home_location()
 
     def walk(folder: Location, name: str, depth: int) -> None:
         if is_delta_table(folder):
@@ -106,10 +107,10 @@ def delta_tables(target: str, state: str | None = None) -> list[tuple[str, Locat
         if depth == 0:
             return
         for child in folder.list():
-            if child.name not in ("checkpoints", "staging"):  # Spark's and the stager's, not Delta
+            if child.name not in (CHECKPOINTS, STAGING):  # Spark's and the stager's, not Delta
                 walk(child, f"{name}/{child.name}", depth - 1)
 
-    walk(home, HOME if state is None else home.uri, 4)  # pending/<schema>/<table>/g<n> is the deepest
+    walk(home, HOME if layout.state is None else home.uri, 4)  # pending/<schema>/<table>/g<n> is the deepest
     return found
 
 
@@ -130,7 +131,8 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
 
     from walspark.spark.lake.progress import ProgressTable
 
-    progress_path = ProgressTable(spark, target, state).path.rstrip("/")
+    layout = TargetLayout(target, state)
+    progress_path = ProgressTable(spark, layout).path.rstrip("/")
     if retain_hours is not None and retain_hours < 0:
         raise ValueError(f"retain_hours must be 0 or more, not {retain_hours}")
     if keep_changes_hours is not None and keep_changes_hours < 0:
@@ -144,7 +146,7 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
     # made a tiny table's VACUUM take 40 s; the cluster's cores are as parallel as it gets.
     session.conf.set(_LISTING_PARALLELISM, str(max(spark.sparkContext.defaultParallelism, 1)))
     done: list[Maintained] = []
-    for name, folder in delta_tables(target, state):
+    for name, folder in delta_tables(layout):
         if stop is not None and stop.is_set():
             break
         started = time.monotonic()
@@ -153,11 +155,11 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
         failed = False
         try:
             if folder.uri.rstrip("/") == progress_path:
-                folded = ProgressTable(session, target, state).compact()
+                folded = ProgressTable(session, layout).compact()
                 if folded:
                     notes.append(f"{folded} progress rows folded")
             if keep_changes_hours is not None and name.startswith(f"{CHANGES}/"):
-                expired = expire_changes(session, target, folder.uri, keep_changes_hours, state)
+                expired = expire_changes(session, layout, folder.uri, keep_changes_hours)
                 if expired:
                     notes.append(f"{expired} folded changes expired")
             notes += _optimize_and_vacuum(session, folder.uri, retain_hours, optimize)
@@ -173,7 +175,7 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
     return done
 
 
-def expire_changes(spark: SparkSession, target: str, path: str, keep_hours: float, state: str | None = None) -> int:
+def expire_changes(spark: SparkSession, layout: TargetLayout, path: str, keep_hours: float) -> int:
     """Delete the rows of the change log at ``path`` that are folded into their table and were
     committed more than ``keep_hours`` ago; returns how many.
 
@@ -187,7 +189,7 @@ def expire_changes(spark: SparkSession, target: str, path: str, keep_hours: floa
     from walspark.spark.lake.changelog import BATCH_ID, folded_through
 
     schema, table = (unquote(p) for p in path.rstrip("/").split("/")[-2:])
-    folded = folded_through(target, schema, table, state)
+    folded = folded_through(layout, schema, table)
     if folded < 0:
         return 0
     cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=keep_hours)
@@ -219,15 +221,15 @@ def _optimize_and_vacuum(spark: SparkSession, path: str, retain_hours: float | N
 class MaintenanceSchedule:
     """When a pipeline maintains its tables next: every ``every_hours`` (0: never).
 
-    The time of the last maintenance is kept in ``<home>/maintenance.json``, so the rhythm
+    The time of the last maintenance is kept in the state folder (:meth:`TargetLayout.maintenance_record`), so the rhythm
     survives restarts and a ``walspark run --once`` job scheduled every few minutes maintains
     the tables once a day, not at every run. A pipeline that finds no record starts the clock
     (its tables are new): the first maintenance comes one interval later, never at a first
     start, which would list every table just after the snapshot wrote it.
     """
 
-    def __init__(self, home: Location, every_hours: float) -> None:
-        self.file = home / "maintenance.json"
+    def __init__(self, layout: TargetLayout, every_hours: float) -> None:
+        self.file = layout.maintenance_record()
         self.every = datetime.timedelta(hours=every_hours)
         self._next: datetime.datetime | None = None
 

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
+    from walspark.storage.layout import TargetLayout
+
 #: Delta auto compaction, set when the first append creates the progress table: once it has 50
 #: small files, Delta bin-packs them after the commit that made them, so a pipeline's every-batch
 #: appends leave a bounded number of files (each append writes one).
@@ -91,7 +93,7 @@ class Progress:
 
 
 class ProgressTable:
-    """Reads and appends the per-table progress rows under ``<target>/_walspark/progress``.
+    """Reads and appends the per-table progress rows (:attr:`TargetLayout.progress`).
 
     The rows are read from Delta once per process (from the driver with delta-rs where the
     table is local, :mod:`.driver_log`) and then kept in memory, updated by
@@ -110,10 +112,9 @@ class ProgressTable:
     #: Appends from the driver per progress table (see :meth:`_driver_append`).
     _appends: ClassVar[dict[str, int]] = {}
 
-    def __init__(self, spark: SparkSession, target: str, state: str | None = None) -> None:
+    def __init__(self, spark: SparkSession, layout: TargetLayout) -> None:
         self.spark = spark
-        # with walspark run --state, beside the checkpoint and the rest of walspark's own files
-        self.path = f"{(state or target.rstrip('/') + '/_walspark').rstrip('/')}/progress"
+        self.path = layout.progress
 
     @classmethod
     def forget(cls) -> None:

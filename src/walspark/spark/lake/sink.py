@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from walspark.spark.lake.fold_worker import Folder
     from walspark.spark.lake.progress import ProgressRow
 
-from walspark.spark.lake.apply import ApplyResult, apply_table
+from walspark.spark.lake.appliers import Applier, ChangeLogApplier, MergeApplier
+from walspark.spark.lake.apply import ApplyResult
 from walspark.spark.lake.columns import Mode
 from walspark.spark.lake.driver_merge import collect_small, row_limit
 from walspark.spark.lake.evolution import (
@@ -34,7 +35,7 @@ from walspark.spark.lake.evolution import (
 )
 from walspark.spark.lake.facts import BatchFacts, arrow_tables_facts, tables_facts
 from walspark.spark.lake.frames import TableRows, arrow_table_changes, table_rows
-from walspark.spark.lake.tables import table_path
+from walspark.storage.layout import TargetLayout
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,10 @@ class _TableOptions:
 @dataclass(frozen=True, slots=True)
 class SinkScope:
     """What the sink's writes are scoped by, for the parts that write beside it (the table sync):
-    the target, the app id of its transaction ids and progress rows, the state location."""
+    the target's layout, and the app id of its transaction ids and progress rows."""
 
-    target: str
+    layout: TargetLayout
     app_id: str
-    state: str | None
 
 
 @dataclass(frozen=True)
@@ -158,9 +158,14 @@ class ApplyChanges:
         return replace(self, _state=state)
 
     @property
+    def layout(self) -> TargetLayout:
+        """Where this sink's tables and bookkeeping live."""
+        return TargetLayout(self.target, self._state)
+
+    @property
     def scope(self) -> SinkScope:
-        """The target, app id and state location this sink writes with."""
-        return SinkScope(self.target, self._app_id, self._state)
+        """The layout and app id this sink writes with."""
+        return SinkScope(self.layout, self._app_id)
 
     def forget_table(self, path: str) -> None:
         """Forget what the sink remembers of the table at ``path``: it was replaced (a copy)."""
@@ -203,11 +208,19 @@ class ApplyChanges:
         if not self._folders:
             from walspark.spark.lake.fold_worker import Folder
 
-            folder = Folder(spark, self.target, app_id=self._app_id, state=self._state, options_for=self.options_for,
+            folder = Folder(spark, self.layout, app_id=self._app_id, options_for=self.options_for,
                             known=self._known, interval=self._fold_seconds, parallelism=self._parallelism)  # fmt: skip
             folder.start()
             self._folders.append(folder)
         return self._folders[0]
+
+    def applier(self, spark: SparkSession) -> Applier:
+        """How this sink lands a table's rows: appended to its change log, or merged."""
+        folder = self.folder(spark)
+        if folder is not None:
+            return ChangeLogApplier(self.layout, self._app_id, self._known, folder)
+        return MergeApplier(self.layout, self._app_id, lambda schema, table: self.options_for(schema, table).mode,
+                            self._known)  # fmt: skip
 
     def close(self) -> None:
         """End of a run: the last progress rows written and, in change-log mode, every batch
@@ -285,7 +298,7 @@ class ApplyChanges:
         for schema, name, struct in declared:
             if self._sync is not None and self._sync.syncing(schema, name):
                 continue  # its copy writes the catalog's shape; the hand-off evolves it further
-            tgt = TargetTable(spark, table_path(self.target, schema, name), f"{schema}.{name}")
+            tgt = TargetTable(spark, self.layout.table(schema, name), f"{schema}.{name}")
             changed |= follow_catalog(tgt, struct.fields, drained=drained)
         if changed:
             self._known.clear()  # the remembered columns and attnums are stale now
@@ -310,44 +323,33 @@ class ApplyChanges:
         from walspark.spark.lake.progress import ProgressTable
 
         spark = batch_df.sparkSession
-        folder = self.folder(spark)
-        if folder is not None:
-            folder.raise_failure()  # a background fold failed: stop with its reason
+        applier = self.applier(spark)
+        applier.begin()
         keys = lambda schema, table: self.options_for(schema, table).keys  # noqa: E731
         # Change-log mode reads the batch once, as Arrow on the driver: its facts and its appends
         # need no further Spark job (see .driver_append). The direct mode does too when the batch
         # is small (its plain MERGEs are then made from the driver, see .driver_merge); a large
         # batch is read and applied in Spark.
         if given is not None:
-            arrow = given if folder is not None or given.num_rows <= row_limit() else None
+            arrow = given if applier.reads_arrow or given.num_rows <= row_limit() else None
         else:
-            arrow = batch_df.toArrow() if folder is not None else collect_small(batch_df, self.target)
+            arrow = batch_df.toArrow() if applier.reads_arrow else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
 
         def apply(table: tuple[str, str], session: SparkSession) -> tuple[ApplyResult, ProgressRow | None]:
             schema, name = table
             part = table_rows(batch_df, schema, name, alone=len(tables) == 1)
-            options = self.options_for(schema, name)
             table_facts = facts[table]
             given = part
             if self._sync is not None:  # a table being copied: its changes wait in its pending log
                 routed = self._sync.route(table, part, table_facts, batch_id, session)
                 if routed is None:
-                    path = table_path(self.target, schema, name)
-                    return ApplyResult(schema, name, path, table_facts.rows, skipped=True), None
+                    return ApplyResult(schema, name, self.layout.table(schema, name), table_facts.rows, skipped=True), None
                 part, table_facts = routed
-            if folder is not None:
-                from walspark.spark.lake.changelog import append_batch
-
-                # the Arrow rows stand for the part only if the table sync kept all of them
-                rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
-                return append_batch(session, part.frame(), batch_id, table_facts, target=self.target, app_id=self._app_id,
-                                    state=self._state, known=self._known,
-                                    before_reshape=lambda: folder.drain([table]), arrow=rows)  # fmt: skip
+            # the Arrow rows stand for the part only if the table sync kept all of them
             rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
-            return apply_table(session, part, batch_id, table_facts, target=self.target, mode=options.mode,
-                                app_id=self._app_id, known=self._known, state=self._state, arrow=rows)  # fmt: skip
+            return applier.apply(session, part, batch_id, table_facts, rows)
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
         workers = min(self._parallelism, len(tables))
@@ -371,16 +373,9 @@ class ApplyChanges:
         results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
-        if folder is not None:
-            from walspark.spark.lake.fold_worker import crash_point
-
-            appended = [r for r in results if not r.skipped]
-            if appended:  # the window is after an append: not at a batch with nothing to append
-                crash_point("changes-appended")
-            for result in appended:
-                folder.appended((result.schema, result.table), batch_id)
+        applier.applied(results, batch_id)
         if records:
-            progress = ProgressTable(spark, self.target, self._state)
+            progress = ProgressTable(spark, self.layout)
             self._progress.append(_progress_writer().submit(progress.record_many, records))
         errors = [o for o in outcomes if isinstance(o, BaseException)]
         unexpected = [e for e in errors if not isinstance(e, SchemaEvolutionError)]

@@ -1,19 +1,8 @@
-"""What every Delta table walspark creates has in common (snapshot copies and apply targets).
-
-Where a table lives. ``<target>/<schema>/<table>``, each name as PostgreSQL spells it — quotes,
-spaces, dots, upper case and non-ASCII letters kept — so a data engineer finds ``public.Orders``
-at ``lake/public/Orders``. Only what a file system path cannot hold unambiguously is
-percent-encoded (UTF-8 bytes as ``%XX``): ``%`` itself, ``/`` and ``\\``, ``:`` (Hadoop reads
-``a:b`` as a URI scheme), control characters, a leading ``.`` (``.`` and ``..`` are not names
-on disk), and the schemas ``_walspark`` and ``_changes``, whose folders hold walspark's own
-bookkeeping and the change logs. Since
-``%`` is encoded too, two different tables never share a path, and
-:func:`urllib.parse.unquote` gives the name back.
-"""
+"""What every Delta table walspark creates has in common (snapshot copies and apply targets):
+its properties, and how Spark SQL names it. Where it lives is :class:`walspark.storage.layout.TargetLayout`'s."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -27,9 +16,7 @@ __all__ = [
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
     "is_delta_table",
-    "path_segment",
     "quote",
-    "table_path",
     "table_properties",
 ]
 
@@ -75,31 +62,6 @@ def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, esti
     if threshold >= 0 and (estimated_rows or 0) >= threshold:
         props["delta.enableDeletionVectors"] = "true"
     return props
-
-
-#: walspark's own folder under the target (progress table, checkpoints, staging, snapshot record).
-HOME = "_walspark"
-#: The folder under the target holding the tables' change logs (:mod:`.changelog`).
-CHANGES = "_changes"
-
-_UNSAFE = re.compile(r"[%/\\:\x00-\x1f\x7f]|^\.")
-
-
-def _encode(match: re.Match[str]) -> str:
-    return "".join(f"%{byte:02X}" for byte in match.group(0).encode("utf-8"))
-
-
-def path_segment(name: str, *, schema: bool = False) -> str:
-    """One PostgreSQL name as a folder name (see the module docstring for the rule)."""
-    segment = _UNSAFE.sub(_encode, name)
-    if schema and segment in (HOME, CHANGES):
-        segment = "%5F" + segment[1:]
-    return segment or "%00"  # PostgreSQL names are never empty; an empty segment would vanish
-
-
-def table_path(target: str, schema: str, table: str) -> str:
-    """``<target>/<schema>/<table>``: where a source table's Delta table lives (docs/architecture.md)."""
-    return f"{target.rstrip('/')}/{path_segment(schema, schema=True)}/{path_segment(table)}"
 
 
 def is_delta_table(path: str | Location) -> bool:

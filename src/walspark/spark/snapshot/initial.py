@@ -56,11 +56,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
-from walspark.spark.lake.tables import table_path
 from walspark.spark.lake.tables import table_properties as target_properties
 from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
 from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
-from walspark.storage import Location, location, state_home
+from walspark.storage import StorageSettings, TargetLayout, location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,9 +75,7 @@ __all__ = [
     "plan_partitions",
     "publication_tables",
     "read_record",
-    "record_path",
     "run_snapshot",
-    "table_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -94,8 +91,6 @@ SMALL_TABLE_ROWS = 50_000
 
 #: Rows per page assumed for a table PostgreSQL has never analysed (``reltuples`` = -1).
 ASSUMED_ROWS_PER_PAGE = 100
-
-RECORD_NAME = "snapshot.json"
 
 
 class SnapshotError(RuntimeError):
@@ -305,11 +300,6 @@ def _catalog_rows(conn: Any) -> list[list[Any]]:
 # Bookkeeping
 
 
-def record_path(target: str, state: str | Location | None = None) -> Location:
-    """``<state>/snapshot.json`` (the state folder: ``<target>/_walspark`` unless ``state`` is given)."""
-    return state_home(target, state) / RECORD_NAME
-
-
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord:
     """What ``snapshot.json`` says: the state of the last snapshot into the target."""
@@ -338,9 +328,9 @@ class SnapshotRecord:
         }
 
 
-def read_record(target: str, state: str | Location | None = None) -> SnapshotRecord | None:
-    """The snapshot record of ``target``, or None when no snapshot was ever started there."""
-    data = record_path(target, state).read_json()
+def read_record(layout: TargetLayout, settings: StorageSettings | None = None) -> SnapshotRecord | None:
+    """The snapshot record of the target, or None when no snapshot was ever started there."""
+    data = layout.snapshot_record(settings).read_json()
     if data is None:
         return None
     cp = data.get("consistent_point")
@@ -348,10 +338,11 @@ def read_record(target: str, state: str | Location | None = None) -> SnapshotRec
                           list(data.get("tables") or []), data.get("started_at", ""), data.get("completed_at"))
 
 
-def _write_record(target: str, record: SnapshotRecord, state: str | Location | None = None) -> None:
+def _write_record(layout: TargetLayout, record: SnapshotRecord) -> None:
     """Replace the record atomically (local: a sibling written, fsynced, renamed; object store: one
     PUT): never a torn file."""
-    record_path(target, state).write_json(record.to_dict(), tmp_name=f".{RECORD_NAME}.{os.getpid()}.tmp", indent=2)
+    path = layout.snapshot_record()
+    path.write_json(record.to_dict(), tmp_name=f".{path.name}.{os.getpid()}.tmp", indent=2)
 
 
 def _now() -> str:
@@ -648,7 +639,8 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     register_snapshot_source(spark)
     parallelism = parallelism or spark.sparkContext.defaultParallelism
 
-    previous = read_record(target, state)
+    layout = TargetLayout(target, state)
+    previous = read_record(layout)
     if previous is not None and previous.complete and previous.slot == slot and not redo:
         if previous.consistent_point is not None and _slot_exists(dsn, slot):
             log.info("snapshot of %s already complete at %s; nothing to do", target,
@@ -667,7 +659,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
                             "a snapshot needs a new slot (drop it, or choose another name)")
 
     started_at = _now()
-    _write_record(target, SnapshotRecord("in_progress", slot, publication, None, [], started_at), state)
+    _write_record(layout, SnapshotRecord("in_progress", slot, publication, None, [], started_at))
     from walspark.source.slots import create_slot_with_snapshot
 
     written: list[TableSnapshot] = []
@@ -684,7 +676,7 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
                 plan_partitions(plan, parallelism=parallelism, partition_rows=partition_rows,
                                 partition_pages=partition_pages)
                 fail = fail_partition[1] if fail_partition and fail_partition[0] == plan.qualified else None
-                return write_table(spark, dsn, snapshot_name, plan, table_path(target, plan.schema, plan.table),
+                return write_table(spark, dsn, snapshot_name, plan, layout.table(plan.schema, plan.table),
                                    catalog=catalog, progress=progress, fail_partition=fail)
 
             # Tables run as concurrent Spark jobs (a thread each, up to table_concurrency): a small
@@ -705,6 +697,6 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
         with contextlib.suppress(Exception):
             _drop_slot(dsn, slot)
         raise
-    _write_record(target, SnapshotRecord("complete", slot, publication, consistent_point,
-                                         [t.to_dict() for t in written], started_at, _now()), state)
+    _write_record(layout, SnapshotRecord("complete", slot, publication, consistent_point,
+                                         [t.to_dict() for t in written], started_at, _now()))
     return SnapshotResult(slot, consistent_point, written)

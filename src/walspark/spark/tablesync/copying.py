@@ -37,7 +37,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import threading
 import time
 import uuid
@@ -45,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from walspark import _injection
 from walspark.protocol.lsn import format_lsn
 from walspark.spark.lake.tables import quote
 from walspark.spark.snapshot.snapshot_source import CtidRange, _range
@@ -62,11 +62,6 @@ __all__ = ["CopyOutcome", "copy_in_chunks", "truncated_within", "without_copied"
 
 #: Prefix of the ``userMetadata`` of a copy's chunk commits.
 METADATA_PREFIX = "walspark-copy "
-
-#: Test hooks: seconds a copy waits after each committed wave (kill tests: a copy half done), and
-#: the number of waves after which a copy fails (a crash in the middle, in-process).
-WAVE_PAUSE_VARIABLE = "WALSPARK_TEST_WAVE_PAUSE"
-FAIL_AFTER_VARIABLE = "WALSPARK_TEST_COPY_FAIL_AFTER_WAVES"
 
 #: Pages sampled per chunk when choosing chunk bounds (at least :data:`MIN_SAMPLE_PAGES`): a page
 #: sample is cheap, and enough pages make chunks of about even size.
@@ -329,8 +324,8 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             "stream goes on")
     started = time.monotonic()
     rows = sum(w.rows for w in waves)
-    pause = float(os.environ.get(WAVE_PAUSE_VARIABLE) or 0)
-    fail_after = int(os.environ.get(FAIL_AFTER_VARIABLE) or 0)
+    pause = _injection.seconds(_injection.WAVE_PAUSE)
+    fail_after = _injection.count(_injection.COPY_FAIL_AFTER_WAVES)
     for first in range(0, len(todo), max(parallelism, 1)):
         if stop.is_set():
             raise InterruptedError(f"the copy of {plan.qualified} was stopped")

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from walspark.spark.lake.tables import is_delta_table, path_segment, table_path
-from walspark.storage import Location, state_home
+from walspark.spark.lake.tables import is_delta_table
+from walspark.storage import Location, TargetLayout
 
 __all__ = ["COPIED", "COPYING", "LEFT", "READY", "SyncState", "SyncStore", "request_resnapshot"]
 
@@ -93,29 +93,17 @@ class SyncState:
 class SyncStore:
     """Reads and replaces ``state.json``; thread-safe (the sink and copy threads both write)."""
 
-    home: Location  # <state>/tablesync (the state folder: <target>/_walspark unless run --state says)
+    layout: TargetLayout
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
     _states: dict[Table, SyncState] | None = field(default=None, repr=False)
 
-    @classmethod
-    def for_target(cls, target: str, state: str | None = None) -> SyncStore:
-        return cls(state_home(target, state) / "tablesync")
-
     @property
     def path(self) -> Location:
-        return self.home / "state.json"
+        return self.layout.tablesync() / "state.json"
 
     @property
     def requests(self) -> Location:
-        return self.home / "requests"
-
-    def pending_path(self, schema: str, table: str, gen: int) -> str:
-        """The pending change log (a Delta table) of one copy generation of a table."""
-        return (self.home / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}").uri
-
-    def copy_plan_path(self, schema: str, table: str, gen: int) -> Location:
-        """The chunk plan of one copy generation of a table (what a resumed copy continues)."""
-        return self.home / "copies" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}.json"
+        return self.layout.tablesync() / "requests"
 
     def _load(self) -> dict[Table, SyncState]:
         if self._states is None:
@@ -155,8 +143,8 @@ class SyncStore:
         """Forget every state and pending log: a new initial snapshot copied every table again
         (its batch ids start a new checkpoint history, so ``handed_through`` would mislead)."""
         with self._lock:
-            (self.home / "pending").delete_tree()
-            (self.home / "copies").delete_tree()
+            (self.layout.tablesync() / "pending").delete_tree()
+            (self.layout.tablesync() / "copies").delete_tree()
             self.path.delete()
             self._states = None
 
@@ -177,21 +165,21 @@ class UnknownTable(ValueError):
     """A table asked to be copied again is not one of the pipeline's."""
 
 
-def request_resnapshot(target: str, tables: Iterable[Table], state: str | None = None) -> Location:
-    """Ask the pipeline of ``target`` to re-copy ``tables`` (durably; a running ``walspark run``
+def request_resnapshot(layout: TargetLayout, tables: Iterable[Table]) -> Location:
+    """Ask the pipeline writing ``layout`` to re-copy ``tables`` (durably; a running ``walspark run``
     picks it up within its check interval, otherwise the next one does). A write-once object with
     a unique name: no two requests can overwrite each other, on any store.
 
     Each table must be one the pipeline knows (its table sync's state, or a Delta table under
     ``target``), else :class:`UnknownTable`: a misspelt name would only be ignored later."""
-    store = SyncStore.for_target(target, state)
+    store = SyncStore(layout)
     tables = list(tables)
     known = {(s.schema, s.table) for s in store.all()}
-    unknown = [t for t in tables if t not in known and not is_delta_table(table_path(target, *t))]
+    unknown = [t for t in tables if t not in known and not is_delta_table(layout.table(*t))]
     if unknown:
         names = ", ".join(f"{s}.{t}" for s, t in unknown)
         have = ", ".join(sorted(f"{s}.{t}" for s, t in known)[:20]) or "none recorded yet"
-        raise UnknownTable(f"{names}: not a table of the pipeline writing {target} (its tables: {have}); "
+        raise UnknownTable(f"{names}: not a table of the pipeline writing {layout.target} (its tables: {have}); "
                            "a table added to the publication is copied when the pipeline sees it")  # fmt: skip
     path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
     path.write_json({"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()})

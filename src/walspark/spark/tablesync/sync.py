@@ -36,36 +36,48 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
-from walspark.spark.lake.tables import is_delta_table, table_path
+from walspark import _injection
+from walspark.spark.lake.tables import is_delta_table
 from walspark.spark.tablesync.state import COPIED, COPYING, LEFT, READY, SyncState, SyncStore
 from walspark.storage import location
+from walspark.storage.layout import TargetLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from walspark.spark.lake.facts import BatchFacts
     from walspark.spark.lake.frames import TableRows
-    from walspark.spark.lake.sink import ApplyChanges
+    from walspark.spark.lake.sink import SinkScope
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TableSync", "membership"]
+__all__ = ["SyncedSink", "TableSync", "membership"]
+
+
+class SyncedSink(Protocol):
+    """What the table sync asks of the sink it is attached to (``ApplyChanges`` is one)."""
+
+    @property
+    def scope(self) -> SinkScope:
+        """The layout and app id its writes are scoped by."""
+
+    def options_for(self, schema: str, table: str) -> Any:
+        """A table's mode and keys."""
+
+    def drain_folds(self, spark: SparkSession, tables: Iterable[Table] | None = None) -> None:
+        """Fold what the change logs hold (change-log mode; nothing otherwise)."""
+
+    def forget_table(self, path: str) -> None:
+        """Forget the remembered columns of the table at ``path`` (a copy replaced it)."""
 
 Table = tuple[str, str]
 
 #: The batch id column of the pending log (which batch appended the change).
 BATCH_COLUMN = "__walspark_batch"
 
-#: Test hooks: seconds a committed copy waits for its hand-off (kill tests), and inside a copy's snapshot
-#: before its COPY tasks start (a copy that takes as long as the test needs, on any host). The copy's
-#: pause also ends as soon as the file named by ``COPY_RELEASE_VARIABLE`` exists: the test releases it
-#: once it has seen what it waits for, instead of always sitting out the whole pause.
-HANDOFF_PAUSE_VARIABLE = "WALSPARK_TEST_HANDOFF_PAUSE"
-COPY_PAUSE_VARIABLE = "WALSPARK_TEST_COPY_PAUSE"
-COPY_RELEASE_VARIABLE = "WALSPARK_TEST_COPY_RELEASE"
 
 #: Numbers of the copies' temporary slots, unique in this process (slot names are cluster-wide, and a
 #: notebook or a test may run several pipelines one after the other in one process).
@@ -120,17 +132,17 @@ class TableSync:
     per table, :meth:`finish` (``--once``: waits for copies and hands them off), :meth:`stop`.
     """
 
-    def __init__(self, spark: SparkSession, dsn: str, publication: str, target: str, *,
+    def __init__(self, spark: SparkSession, dsn: str, publication: str, layout: TargetLayout, *,
                  check_seconds: float = DEFAULT_CHECK_SECONDS, say: Callable[[str], None] = print,
-                 parallelism: int | None = None, chunk_rows: int | None = None, state: str | None = None) -> None:  # fmt: skip
+                 parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
         from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
 
-        self.dsn, self.publication, self.target = dsn, publication, target
+        self.dsn, self.publication, self.layout = dsn, publication, layout
         self.check_seconds = check_seconds
         self.say = say
-        self.store = SyncStore.for_target(target, state)
+        self.store = SyncStore(layout)
         self.parallelism = parallelism or spark.sparkContext.defaultParallelism
         self.chunk_rows = chunk_rows
         # Own sessions: transaction ids of idempotent writes are session settings, and the copy
@@ -138,7 +150,7 @@ class TableSync:
         self._copy_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
         self._handoff_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
         register_snapshot_source(self._copy_session)
-        self.sink: ApplyChanges | None = None
+        self.sink: SyncedSink | None = None
         self.lock = threading.RLock()  # held by the sink for a whole batch
         self._requested: set[Table] = set()
         self._signatures: dict[Table, tuple[str, ...]] = {}
@@ -155,7 +167,7 @@ class TableSync:
     # ------------------------------------------------------------------------------------------
     # life cycle
 
-    def attach(self, sink: ApplyChanges) -> None:
+    def attach(self, sink: SyncedSink) -> None:
         self.sink = sink
 
     def start(self) -> None:
@@ -222,7 +234,7 @@ class TableSync:
             for table, signature in published.items():
                 state = self.store.get(*table)
                 if state is None:
-                    if is_delta_table(table_path(self.target, *table)):
+                    if is_delta_table(self.layout.table(*table)):
                         self.store.put(SyncState(*table, READY, signature=signature))
                     else:
                         self._request(table, "joined the publication")
@@ -269,8 +281,8 @@ class TableSync:
                 running = table in self._copies and self._copies[table].is_alive()
                 if state.state == COPYING and not running and table not in self._failed:
                     self._launch(state)  # a copy a previous run did not finish: again, under a new slot
-                elif state.state == COPIED and not running and time.time() >= (state.copy_done or 0) + float(
-                        os.environ.get(HANDOFF_PAUSE_VARIABLE) or 0):  # test hook: batches go on meanwhile
+                elif state.state == COPIED and not running and time.time() >= (state.copy_done or 0) + _injection.seconds(
+                        _injection.HANDOFF_PAUSE):  # batches go on meanwhile
                     self._hand_off(state)
 
     # ------------------------------------------------------------------------------------------
@@ -306,7 +318,7 @@ class TableSync:
         with self._max_lock:  # not self.lock: the batch's thread holds it while the sink's pool runs this
             self._batch_max = max(self._batch_max or 0, facts.max_commit_lsn)
         state = self.store.get(*table)
-        if state is None and not is_delta_table(table_path(self.target, *table)):
+        if state is None and not is_delta_table(self.layout.table(*table)):
             # A table whose changes arrive before a check saw it join: copy it from here on.
             state = self._begin_copy(table, None, "joined the publication")
         if state is None:
@@ -340,7 +352,7 @@ class TableSync:
         options = {"txnAppId": txn_app_id(f"{app}/pending/g{state.gen}", state.schema, state.table),
                    "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
         rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
-        path = self.store.pending_path(state.schema, state.table, state.gen)
+        path = self.layout.pending_log(state.schema, state.table, state.gen)
         if not is_delta_table(path):  # column mapping, like the target tables: any PostgreSQL name fits
             from delta.tables import DeltaTable
 
@@ -409,7 +421,7 @@ class TableSync:
         from walspark.spark.tablesync.copying import copy_in_chunks
 
         slot = f"walspark_sync_{os.getpid()}_{next(_SLOT_NUMBERS)}"
-        path = table_path(self.target, state.schema, state.table)
+        path = self.layout.table(state.schema, state.table)
         with create_slot_with_snapshot(self.dsn, slot, temporary=True) as exported:
             consistent_point = exported.consistent_point
             assert exported.snapshot_name is not None
@@ -418,7 +430,7 @@ class TableSync:
             if plan is None:  # left the publication before the copy began: nothing to copy
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
-            self._test_copy_pause()
+            _injection.pause(_injection.COPY_PAUSE, _injection.COPY_RELEASE, self._stop)
             if plan.columnless_rows is not None:  # a row count: one commit, nothing to resume
                 plan_partitions(plan, parallelism=self.parallelism)
                 self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} while the stream goes on")
@@ -429,7 +441,7 @@ class TableSync:
                 outcome = copy_in_chunks(
                     self._copy_session, dsn=self.dsn, snapshot_name=exported.snapshot_name,
                     consistent_point=consistent_point, plan=plan, catalog=catalog, path=path,
-                    plan_path=self.store.copy_plan_path(state.schema, state.table, state.gen), gen=state.gen,
+                    plan_path=self.layout.copy_plan(state.schema, state.table, state.gen), gen=state.gen,
                     parallelism=self.parallelism, partition_rows=self.chunk_rows or DEFAULT_PARTITION_ROWS,
                     small_rows=min(SMALL_TABLE_ROWS, self.chunk_rows or SMALL_TABLE_ROWS), say=self.say,
                     stop=self._stop)  # fmt: skip
@@ -441,21 +453,13 @@ class TableSync:
                 return  # superseded (should not happen: a syncing table is never re-requested)
             self.store.update(state.schema, state.table, state=COPIED, copy_done=time.time(), **changes)
 
-    def _test_copy_pause(self) -> None:
-        """The test hook ``COPY_PAUSE_VARIABLE``: wait that long, or until the release file exists."""
-        deadline = time.monotonic() + float(os.environ.get(COPY_PAUSE_VARIABLE) or 0)
-        release = os.environ.get(COPY_RELEASE_VARIABLE)
-        while time.monotonic() < deadline and not (release and os.path.exists(release)):
-            if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic()))):
-                return
-
     def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
         """``rows`` without the changes the copy holds; None: the copy must be made again (a
         TRUNCATE between the snapshots of a resumed copy)."""
         from walspark.spark.tablesync.copying import truncated_within, without_copied
 
         assert state.since is not None
-        path = table_path(self.target, state.schema, state.table)
+        path = self.layout.table(state.schema, state.table)
         if state.cuts and truncated_within(rows, min(c for c, _ in state.cuts), state.since):
             return None
         return without_copied(rows, since=state.since, cuts=state.cuts, keys=state.cut_keys, spark=session, path=path)
@@ -470,7 +474,7 @@ class TableSync:
 
         assert self.sink is not None
         table = (state.schema, state.table)
-        pending = self.store.pending_path(*table, state.gen)
+        pending = self.layout.pending_log(*table, state.gen)
         through = None
         applied = 0
         if is_delta_table(pending):
@@ -488,14 +492,14 @@ class TableSync:
             if facts is not None:
                 # The transaction id names the copy by its consistent point: unique for ever, even
                 # across a new initial snapshot (Delta may keep transaction ids through REPLACE).
-                apply_table(spark, rows, 1, facts, target=self.target, mode=options.mode,
-                            app_id=f"{self.sink.scope.app_id}/sync/{state.since:X}", state=self.sink.scope.state)  # fmt: skip
+                apply_table(spark, rows, 1, facts, layout=self.layout, mode=options.mode,
+                            app_id=f"{self.sink.scope.app_id}/sync/{state.since:X}")  # fmt: skip
                 applied = facts.rows
-        path = table_path(self.target, *table)
+        path = self.layout.table(*table)
         self.sink.forget_table(path)  # the copy replaced the table
         self.store.update(*table, state=READY, handed_through=through)
         location(pending).delete_tree()
-        self.store.copy_plan_path(*table, state.gen).parent.delete_tree()
+        self.layout.copy_plan(*table, state.gen).parent.delete_tree()
         self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
                  "made during the copy applied; streaming it from here")
 

@@ -1,0 +1,126 @@
+"""Where everything of one target lives: its tables, their change logs and walspark's own state.
+
+One :class:`TargetLayout` per pipeline is the only code that spells a path under a target, so a
+folder moves in one place and every reader and writer follows. Table folders keep PostgreSQL's
+names as spelled — quotes, spaces, dots, upper case and non-ASCII letters — so a data engineer
+finds ``public.Orders`` at ``lake/public/Orders``; :func:`path_segment` percent-encodes (UTF-8
+bytes as ``%XX``) only what a path cannot hold unambiguously: ``%`` itself, ``/`` and ``\\``,
+``:`` (Hadoop reads ``a:b`` as a URI scheme), control characters, a leading ``.``, and the
+schemas ``_walspark`` and ``_changes``, whose folders are walspark's. Since ``%`` is encoded too,
+two tables never share a path, and :func:`urllib.parse.unquote` gives the name back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from walspark.storage.location import Location, location
+from walspark.storage.settings import StorageSettings
+
+__all__ = ["CHANGES", "CHECKPOINTS", "HOME", "STAGING", "TargetLayout", "path_segment"]
+
+#: walspark's own folder under the target, unless the state is kept elsewhere (``--state``).
+HOME = "_walspark"
+#: The folder under the target holding the tables' change logs (change-log mode).
+CHANGES = "_changes"
+#: The state folder's folders of Spark's checkpoints and of the stager's segments (not Delta tables).
+CHECKPOINTS, STAGING = "checkpoints", "staging"
+
+_UNSAFE = re.compile(r"[%/\\:\x00-\x1f\x7f]|^\.")
+
+
+def _encode(match: re.Match[str]) -> str:
+    return "".join(f"%{byte:02X}" for byte in match.group(0).encode("utf-8"))
+
+
+def path_segment(name: str, *, schema: bool = False) -> str:
+    """One PostgreSQL name as a folder name (see the module docstring for the rule)."""
+    segment = _UNSAFE.sub(_encode, name)
+    if schema and segment in (HOME, CHANGES):
+        segment = "%5F" + segment[1:]
+    return segment or "%00"  # PostgreSQL names are never empty; an empty segment would vanish
+
+
+def _table_folder(root: str, schema: str, table: str) -> str:
+    return f"{root}/{path_segment(schema, schema=True)}/{path_segment(table)}"
+
+
+@dataclass(frozen=True, slots=True)
+class TargetLayout:
+    """The paths of one target: ``target`` holds the tables, ``state`` (default
+    ``<target>/_walspark``) walspark's own files. Either may be a folder or an object-store URI."""
+
+    target: str
+    state: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", str(self.target).rstrip("/"))
+        object.__setattr__(self, "state", str(self.state).rstrip("/") if self.state else None)
+
+    # the tables and their change logs
+
+    def table(self, schema: str, table: str) -> str:
+        """``<target>/<schema>/<table>``: where a source table's Delta table lives."""
+        return _table_folder(self.target, schema, table)
+
+    @property
+    def changes(self) -> str:
+        """``<target>/_changes``: the change logs' folder."""
+        return f"{self.target}/{CHANGES}"
+
+    def change_log(self, schema: str, table: str) -> str:
+        """``<target>/_changes/<schema>/<table>``: a table's change log (change-log mode)."""
+        return _table_folder(self.changes, schema, table)
+
+    # walspark's state
+
+    @property
+    def home(self) -> str:
+        """The state folder's URI: ``state`` if given, else ``<target>/_walspark``."""
+        return self.state or f"{self.target}/{HOME}"
+
+    def home_location(self, settings: StorageSettings | None = None) -> Location:
+        """The state folder (``settings``: the object store's; default this process's)."""
+        return location(self.home, settings)
+
+    @property
+    def progress(self) -> str:
+        """The progress table (one row per table per applied batch)."""
+        return f"{self.home}/progress"
+
+    def checkpoint(self, slot: str) -> str:
+        """The streaming query's checkpoint for ``slot``."""
+        return f"{self.home}/{CHECKPOINTS}/{slot}"
+
+    def staging(self, slot: str) -> str:
+        """The stager's segments and marks for ``slot``."""
+        return f"{self.home}/{STAGING}/{slot}"
+
+    def status(self, slot: str | None = None) -> str:
+        """The status documents' folder, or ``slot``'s document in it (``walspark status``)."""
+        return f"{self.home}/status" + (f"/{slot}.json" if slot is not None else "")
+
+    def maintenance_record(self) -> Location:
+        """When the pipeline's tables were last maintained (``walspark run --maintenance-hours``)."""
+        return self.home_location() / "maintenance.json"
+
+    def snapshot_record(self, settings: StorageSettings | None = None) -> Location:
+        """``snapshot.json``: the initial snapshot's record (in progress, or its consistent point)."""
+        return self.home_location(settings) / "snapshot.json"
+
+    def tablesync(self) -> Location:
+        """The table sync's folder: ``state.json``, ``requests/``, ``pending/`` and ``copies/``."""
+        return self.home_location() / "tablesync"
+
+    def pending_log(self, schema: str, table: str, gen: int) -> str:
+        """The pending change log (a Delta table) of one copy generation of a table being copied."""
+        return (self.tablesync() / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}").uri
+
+    def copy_plan(self, schema: str, table: str, gen: int) -> Location:
+        """The chunk plan of one copy generation of a table (what a resumed copy continues)."""
+        return self.tablesync() / "copies" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}.json"
+
+    def fold_plan(self, schema: str, table: str) -> Location:
+        """``folds/<schema>/<table>.json``: how far a table's change log is folded."""
+        return self.home_location() / "folds" / path_segment(schema, schema=True) / f"{path_segment(table)}.json"
