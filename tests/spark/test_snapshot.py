@@ -38,7 +38,7 @@ from walspark.spark.snapshot.initial import (
     read_record,
     run_snapshot,
 )
-from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan
+from walspark.spark.snapshot.pgsnapshot import SnapshotSourcePlan
 from walspark.storage.layout import TargetLayout
 from walspark.values import (
     TYPE_CATALOG_QUERY,
@@ -141,7 +141,7 @@ def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         name = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         source = SnapshotSourcePlan(pg18_dsn, name, plan.columns, plan.binary, ranges)
-        from walspark.spark.snapshot.snapshot_source import register
+        from walspark.spark.snapshot.pgsnapshot import register
 
         register(spark)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
@@ -321,7 +321,7 @@ def test_cli_prints_progress_and_consistent_point(spark, pg18_dsn: str, tmp_path
 def test_copy_splitters_agree(pg18_dsn: str) -> None:
     """The compiled, the vectorised and the field-by-field splitters read a real binary COPY alike."""
     from walspark.compiled import speedups
-    from walspark.spark.snapshot.snapshot_source import copy_columns, split_rows, split_rows_slow, strip_copy_header
+    from walspark.spark.snapshot.pgsnapshot import copy_columns, split_rows, split_rows_slow, strip_copy_header
 
     with _conn(pg18_dsn) as conn, conn.cursor() as cur:
         query = ("COPY (SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE repeat('x', g % 4) END, ''::text, NULL::int"
@@ -348,7 +348,7 @@ def test_copy_splitters_agree(pg18_dsn: str) -> None:
 def test_compiled_copy_splitter_takes_only_whole_rows(chunks: list[bytes], ncols: int) -> None:
     """On any bytes the compiled splitter either refuses (None) or reads what the reference reads."""
     from walspark.compiled import speedups
-    from walspark.spark.snapshot.snapshot_source import CopyFormatError, split_rows
+    from walspark.spark.snapshot.pgsnapshot import CopyFormatError, split_rows
 
     assert speedups is not None, "walspark_c is not installed: run ./dev setup"
     split = speedups.split_copy_rows(chunks, ncols)
@@ -365,7 +365,7 @@ def test_compiled_copy_splitter_takes_only_whole_rows(chunks: list[bytes], ncols
 
 def test_fixed_width_path_matches_codecs(pg18_dsn: str) -> None:
     """The numpy path for fixed-width types gives the codecs' arrays, and declines on sentinels."""
-    from walspark.spark.snapshot.snapshot_source import fixed_width_array, split_rows, strip_copy_header
+    from walspark.spark.snapshot.pgsnapshot import fixed_width_array, split_rows, strip_copy_header
 
     exprs = {
         "bool": "g % 2 = 0", "int2": "(g - 50)::int2", "int4": "g * -99991", "int8": "g::int8 << 40",
@@ -429,7 +429,7 @@ def test_snapshot_on_postgresql_15(spark, pg15_dsn: str, tmp_path: Path) -> None
 
 def test_copy_query_reads_only_the_table_and_ands_the_filter_with_the_range(pg18_dsn: str) -> None:
     """``ONLY`` and the row filter in parentheses, so a filter's own OR cannot escape the CTID range."""
-    from walspark.spark.snapshot.snapshot_source import copy_query
+    from walspark.spark.snapshot.pgsnapshot import copy_query
 
     with _conn(pg18_dsn) as conn:
         text = copy_query(["a", 'we"ird'], "s", "t", 3, 9, binary=True, row_filter="(a = 1) OR (a = 2)").as_string(conn)

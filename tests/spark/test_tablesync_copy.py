@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from walspark.spark.snapshot.initial import publication_tables
-from walspark.spark.snapshot.snapshot_source import copy_query
+from walspark.spark.snapshot.pgsnapshot import copy_query
 from walspark.spark.tablesync.copying import key_columns, plan_chunks
 
 

@@ -1,6 +1,6 @@
 """Copies of tables inside exported snapshots: the initial snapshot.
 
 :mod:`.initial` copies every published table at the slot's consistent point;
-:mod:`.snapshot_source` is the ``pgsnapshot`` data source it reads with (the table sync's copies
+:mod:`.pgsnapshot` is the ``pgsnapshot`` data source it reads with (the table sync's copies
 too, :mod:`walspark.spark.tablesync`), :mod:`.driver_copy` a small table's copy on the driver.
 """

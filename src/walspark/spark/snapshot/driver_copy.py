@@ -4,7 +4,7 @@ Why: the Spark path of a table's copy (:func:`.initial.write_table`) is a query 
 the Python data source's planning worker, a task, a Parquet writer in the JVM and a Delta
 commit — about 2 s per table once Spark is warm and 8 s for the first, whatever the rows. A
 table PostgreSQL reads in one task anyway (under :data:`.initial.SMALL_TABLE_ROWS`) is read on
-the driver by the same code the task runs (:func:`.snapshot_source.read_range`: the exported
+the driver by the same code the task runs (:func:`.pgsnapshot.read_range`: the exported
 snapshot, a binary COPY, the column decoders) and written by delta-rs in tens of milliseconds.
 
 What goes this way: a table planned as one whole-relation range per relation, to a local
@@ -35,7 +35,7 @@ from walspark.spark.lake.tables import TABLE_PROPERTIES, is_delta_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
+    from walspark.spark.snapshot.pgsnapshot import CtidRange, SnapshotSourcePlan
 
 __all__ = ["DRIVER_SNAPSHOT", "can_create", "copy", "create", "enabled", "plain_schema", "read", "same_schema"]
 
@@ -126,7 +126,7 @@ def create(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch], prop
 
 def read(source: SnapshotSourcePlan, ranges: Sequence[CtidRange] | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``ranges`` (default: all of ``source``'s) read on the driver, as the tasks read them."""
-    from walspark.spark.snapshot.snapshot_source import read_range
+    from walspark.spark.snapshot.pgsnapshot import read_range
 
     return itertools.chain.from_iterable(read_range(source, r) for r in (source.ranges if ranges is None else ranges))
 
@@ -134,7 +134,7 @@ def read(source: SnapshotSourcePlan, ranges: Sequence[CtidRange] | None = None) 
 def copy(source: SnapshotSourcePlan, path: str, properties: Mapping[str, str]) -> int | None:
     """Copy the table of ``source`` into a new Delta table at ``path`` from the driver; returns
     the rows written, or None when the table is Spark's to copy (nothing was written)."""
-    from walspark.spark.snapshot.snapshot_source import source_schema
+    from walspark.spark.snapshot.pgsnapshot import source_schema
 
     schema = source_schema(source)
     whole = all(r.start == 0 and r.end is None and not r.keys for r in source.ranges)

@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from walspark.protocol.lsn import format_lsn, parse_lsn
 from walspark.spark.lake.tables import table_properties as target_properties
-from walspark.spark.snapshot.snapshot_source import CtidRange, SnapshotSourcePlan
-from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
+from walspark.spark.snapshot.pgsnapshot import CtidRange, SnapshotSourcePlan
+from walspark.spark.snapshot.pgsnapshot import register as register_snapshot_source
 from walspark.storage import StorageSettings, TargetLayout, location
 
 if TYPE_CHECKING:
@@ -604,7 +604,7 @@ def _slot_exists(dsn: str, slot: str) -> bool:
 def _plan_in_snapshot(dsn: str, snapshot_name: str,
                       publication: str | Sequence[str]) -> tuple[list[TablePlan], list[list[Any]]]:
     from walspark.source.connect import connect_sql
-    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot
+    from walspark.spark.snapshot.pgsnapshot import begin_in_snapshot
 
     with connect_sql(dsn) as conn:
         begin_in_snapshot(conn, snapshot_name)

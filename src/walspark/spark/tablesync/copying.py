@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from walspark import _injection
 from walspark.protocol.lsn import format_lsn
 from walspark.spark.lake.tables import quote
-from walspark.spark.snapshot.snapshot_source import CtidRange, _range
+from walspark.spark.snapshot.pgsnapshot import CtidRange, _range
 from walspark.storage import Location
 
 if TYPE_CHECKING:
@@ -282,7 +282,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     from walspark.spark.lake import driver_append
     from walspark.spark.snapshot import driver_copy
     from walspark.spark.snapshot.initial import SMALL_TABLE_ROWS, SnapshotProgress, _written_rows, source_plan
-    from walspark.spark.snapshot.snapshot_source import begin_in_snapshot, source_schema
+    from walspark.spark.snapshot.pgsnapshot import begin_in_snapshot, source_schema
 
     loaded = CopyPlan.load(plan_path)
     saved = loaded if loaded is not None and loaded.gen == gen else None  # this generation's plan

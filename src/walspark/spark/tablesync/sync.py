@@ -137,7 +137,7 @@ class TableSync:
                  parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
-        from walspark.spark.snapshot.snapshot_source import register as register_snapshot_source
+        from walspark.spark.snapshot.pgsnapshot import register as register_snapshot_source
 
         self.dsn, self.publication, self.layout = dsn, publication, layout
         self.check_seconds = check_seconds
