@@ -1,6 +1,6 @@
 """A live slot as a sequence of committed transactions: stream → duplicate filter → assembler.
 
-The three pieces each hold one rule; this module is where they meet.
+The three pieces each hold one rule; this module is where they meet (docs/design/changes.md).
 """
 
 from __future__ import annotations
