@@ -37,7 +37,7 @@ def read_only(spark, dsn: str, partition_rows: int) -> float:
     import psycopg
 
     from walspark.spark.snapshot.initial import plan_partitions, publication_tables
-    from walspark.spark.snapshot.snapshot_source import SnapshotSourcePlan, register
+    from walspark.spark.snapshot.pgsnapshot import SnapshotSourcePlan, register
 
     register(spark)
     with psycopg.connect(dsn, autocommit=True) as conn:

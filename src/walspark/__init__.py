@@ -1,9 +1,7 @@
 """walspark: PostgreSQL logical replication (pgoutput) into Delta Lake tables through Spark.
 
-``walspark.Pipeline`` is the library form of ``walspark run`` (see :mod:`walspark.pipeline`);
-``walspark.maintain`` keeps a pipeline's tables lean (``walspark maintain``);
-``walspark.read_table`` and ``walspark.fresh_view`` read a table of a change-log target with the
-changes not folded yet (:mod:`walspark.spark.lake.fresh`). All are imported on first use, so
+``walspark.Pipeline`` (:mod:`walspark.pipeline`), ``walspark.maintain``, ``walspark.read_table``
+and ``walspark.fresh_view`` (:mod:`walspark.spark.lake.fresh`) are imported on first use, so
 ``import walspark`` stays cheap (no PySpark).
 """
 

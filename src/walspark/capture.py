@@ -1,19 +1,8 @@
 """Capture files: pgoutput messages at rest, exactly as a slot returned them.
 
-A capture is a Parquet (or Arrow IPC, by the ``.arrow`` suffix) file with two columns, in stream
-order (docs/architecture.md): ``lsn`` (int64, the message's LSN as PostgreSQL reports it) and
-``data`` (binary, one pgoutput message) — the rows of ``pg_logical_slot_peek_binary_changes``.
-The pgoutput options the messages were produced with travel in the file's schema metadata,
-because the bytes alone do not say which protocol version they follow.
-
-A capture written by any other tool (the rows of the SQL function saved with pyarrow, pandas,
-Spark, ...) has no such metadata, and its ``lsn`` may be the ``pg_lsn`` text (``X/Y``) rather
-than a number. It is read all the same: as protocol 4, which decodes a stream of any version
-(the layouts never differ between versions; only Stream Abort has a longer form, with
-``streaming = parallel``, and its length tells them apart), with ``lsn`` turned into numbers.
-
-Captures make bugs reproducible and tests independent of a server: ``walspark capture`` writes
-one from a slot, ``walspark decode`` prints one, and the batch data source reads them.
+Parquet or Arrow IPC, ``lsn`` and ``data`` in stream order, with the pgoutput options in the
+schema metadata; files of other tools are read too. Captures make bugs reproducible and tests
+independent of a server. See docs/data-source.md ("Capture files").
 """
 
 from __future__ import annotations

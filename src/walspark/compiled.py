@@ -1,11 +1,7 @@
 """Which hot path is in force: the compiled one (``walspark_c``) or the pure-Python reference.
 
-``walspark_c`` is an optional sibling package (``c/`` in the source tree, built by ``./dev``
-set-up with the machine's C compiler), as ``psycopg_c`` is to psycopg: it scans row changes
-and gathers their values into Arrow buffers in C. Its results and errors are those of the
-pure-Python code, which stays the reference and the fallback: when the package is missing the
-pure path runs and this says so once per process; ``WALSPARK_PURE_PYTHON=1`` forces the pure
-path (to compare, or to rule the extension out).
+``walspark_c`` is optional; without it the pure path runs and this says so once per process.
+See docs/running.md ("The compiled hot path").
 """
 
 from __future__ import annotations

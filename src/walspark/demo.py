@@ -1,14 +1,8 @@
 """The demo: a small shop on an embedded PostgreSQL 18, mirrored into Delta Lake while it trades.
 
-``walspark demo`` shows the whole pipeline on a laptop before anyone points it at their own
-database: a schema with many types and existing rows, a background workload (new orders, status
-changes, price changes, profile edits, cancellations, large notes left untouched by later
-updates), the initial snapshot taken *while* the workload writes, streaming from the slot's
-consistent point, and at the end a per-table comparison of the source and the Delta tables.
-
-The comparison reads the Delta tables with delta-rs or plain Spark (not through walspark) and both sides
-are reduced to the same canonical values per column, so a mismatch means a wrong row, not a
-different rendering.
+README.md ("What the demo does") describes it. The comparison reads the Delta tables with
+delta-rs or plain Spark, not through walspark, both sides reduced to the same canonical values per
+column: a mismatch means a wrong row, not a different rendering.
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
 """From a pgoutput message stream to whole committed transactions, in commit order.
 
-The stream interleaves several shapes of transaction, and only their last message says whether
-their changes happened at all:
-
-* plain: Begin … Commit, sent whole at commit time;
-* streamed (protocol ≥ 2, ``streaming`` on/parallel): blocks of Stream Start … Stream Stop for
-  several xids interleaved, before the outcome is known; a Stream Abort for a subtransaction
-  drops just that subtransaction's changes, for the top-level xid the whole transaction;
-  Stream Commit publishes it;
-* two-phase (protocol ≥ 3, ``two_phase``): Begin Prepare … Prepare (or a streamed transaction
-  ended by Stream Prepare), then — possibly much later — Commit Prepared or Rollback Prepared.
-
-:class:`TransactionAssembler` keeps every open transaction in a :class:`~.spill.TxnBuffer`,
-holds the total under a memory budget by spilling the largest buffers to disk (as PostgreSQL's
-own reorder buffer does), and hands out :class:`CommittedTransaction` objects when, and only
-when, a transaction commits. Change messages are kept as raw bytes: turning them into rows is
-the next step's job and may run elsewhere (Spark tasks); the assembler decodes only the
-control messages it needs.
-
-A prepared transaction is complete at its Prepare but takes effect only at its Commit Prepared,
-which may come after a restart — when the server no longer sends the prepare (it does not
-decode a PREPARE again once the slot is confirmed past it). By default the assembler holds
-prepared transactions in memory (:meth:`TransactionAssembler.confirm_floor` then says how far
-the slot may move). A consumer that keeps them durably itself passes ``hand_over_prepared``:
-the assembler then hands each one out at its Prepare (:class:`PreparedTransaction`) and each
-outcome as a :class:`PreparedOutcome`, and holds nothing across them.
-
-A reader of a *window* of the stream (a capture file, a peek: ``window``) starts wherever the
-slot is — possibly after a PREPARE whose transaction the slot's consumer already took. A Commit
-Prepared or Rollback Prepared whose Prepare is before the window is then normal (as for
-PostgreSQL's subscriber after a restart): its changes are in the PREPARE's window, not in this
-one, so it yields nothing (counted in ``outcomes_before_window``). Without ``window`` it is an
-error, as it means changes were lost.
+Plain, streamed and two-phase transactions are held (spilled past a memory budget) until their
+outcome is known; only control messages are decoded. See docs/design/changes.md.
 """
 
 from __future__ import annotations

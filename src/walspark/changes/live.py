@@ -1,13 +1,6 @@
 """A live slot as a sequence of committed transactions: stream → duplicate filter → assembler.
 
-The three pieces each hold one rule; this module is where they meet:
-
-* :class:`~walspark.source.stream.ReplicationStream` never confirms past what the consumer
-  confirmed, and reconnects;
-* :class:`~walspark.source.dedup.DuplicateFilter` drops transactions a resumed connection
-  delivers again;
-* :class:`~walspark.changes.assembly.TransactionAssembler` turns messages into committed
-  transactions, forgetting a partly received one when the connection drops.
+The three pieces each hold one rule; this module is where they meet (docs/design/changes.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Relation schemas as the stream describes them, with versions.
 
-pgoutput sends a Relation message before the first change of a table in a session and again
-after its definition changes (``ALTER TABLE``), so the meaning of a TupleData depends on the
-last Relation message for its table. :class:`RelationCache` keeps that last message per
-relation and numbers its *shapes*: a Relation that differs from the previous one (a column
-added, dropped, renamed, retyped, key flags changed) starts a new version; the same Relation
-sent again (a new session, a cache invalidation) does not. Change rows carry the version they
-were decoded with, so a consumer can evolve a target table exactly where the shape changed.
+:class:`RelationCache` keeps the Relation message in force per relation and numbers its shapes,
+so a change row says which shape it was decoded with. See docs/design/changes.md.
 """
 
 from __future__ import annotations

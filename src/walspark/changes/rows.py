@@ -1,44 +1,7 @@
 """Committed transactions → change rows as Arrow record batches, one batch per relation version.
 
-The change-row contract (docs/architecture.md), one row per Insert/Update/Delete and one per table
-of a Truncate:
-
-========================  ===========================  ==========================================
-column                    Arrow type                   meaning
-========================  ===========================  ==========================================
-``_commit_lsn``           int64                        commit LSN of the transaction
-``_lsn``                  int64                        LSN of the change message
-``_seq``                  int32                        position of the change in its transaction
-``_xid``                  int64                        transaction id
-``_commit_time``          timestamp[us, UTC]           commit time
-``_origin``               string                       replication origin, if any
-``_op``                   string                       ``I`` insert, ``U`` update, ``D`` delete,
-                                                       ``T`` truncate
-``_schema``, ``_table``   string                       the source table
-``_relation_version``     int32                        shape version (see :mod:`.relations`)
-``_key``                  list<string>                 replica identity columns
-``_new``                  struct<table's columns>      the row after (I, U); null for D, T
-``_old``                  struct<table's columns>      the old row (U with REPLICA IDENTITY FULL,
-                                                       D) or only its key columns (U that changed
-                                                       the key, D with a key identity); else null
-``_unchanged``            list<string>                 columns of ``_new`` whose value was not
-                                                       sent (unchanged TOAST): *not* NULL
-========================  ===========================  ==========================================
-
-Batches are built column-wise with :mod:`walspark.values` (no per-row Python objects for the
-values). Rows are grouped by relation version because one Arrow schema fits one shape.
-
-Where the compiled hot path is in force (:mod:`walspark.compiled`), the message loop itself runs
-in C (``walspark_c.add_row_changes``): a row change is not decoded into a message object at all,
-but checked, and kept as one C struct per row (the transaction's facts, LSN, position,
-operation, where its TupleData parts start) in a ``walspark_c.RowBatch`` per relation version;
-:meth:`ChangeRowBuilder.build` turns those structs into Arrow buffers and gathers each column's
-values straight into Arrow buffers. The loop hands every other message back (Relation, Type,
-Truncate, a row change of a relation it has no batch for yet, anything it does not accept),
-and this module handles it as the pure path does: the pure-Python decoder decodes it or raises
-the reference error, so the two paths give the same rows and the same errors. A number the C
-structs cannot hold (an LSN past 2**63, say) sends the builder back to Python lists until
-:meth:`ChangeRowBuilder.build`.
+Built column-wise, in C where the compiled hot path is in force, with the same rows and errors as
+the pure path. See docs/design/changes.md for the columns.
 """
 
 from __future__ import annotations

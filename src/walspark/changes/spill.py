@@ -1,14 +1,7 @@
 """Transaction buffers that move to local disk when memory runs short.
 
-A transaction's messages must be held until its commit decides their fate (a streamed
-transaction can abort, a subtransaction can roll back, a prepared one can be rolled back much
-later), and a single transaction can be larger than memory. Each buffer keeps its messages in
-a list until the assembler asks it to :meth:`TxnBuffer.spill`; from then on it appends them to a
-file of its own and reads them back, in order, at commit.
-
-Record format on disk (all big-endian): ``Int64 lsn, Int8 in_stream, Int32 subxid,
-Int32 length, Byte[length] message``. The files are private scratch: written and read by one
-process, deleted when the transaction ends.
+The files are private scratch, written and read by one process. See docs/design/changes.md for
+their record format.
 """
 
 from __future__ import annotations

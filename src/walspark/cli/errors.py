@@ -1,11 +1,8 @@
 """One place that turns any failure of a ``walspark`` command into one actionable, redacted line.
 
-Why central: the commands fail through four different machineries — walspark's own error
-classes, psycopg / psycopg2 exceptions, click's usage errors, and Spark, which wraps a Python
-worker's exception (with its traceback) inside a Java exception inside a Python one. A user
-needs none of those layers on the terminal: one line that says what is wrong and what to do.
-The traceback is still there for debugging, with ``-vv`` or ``WALSPARK_DEBUG=1`` — redacted
-too, because a DSN with a password can sit in any frame's message.
+Whatever failed — walspark, psycopg, click or Spark (a Python error wrapped in a Java one) — the
+user gets one line saying what is wrong and what to do; ``-vv`` or ``WALSPARK_DEBUG=1`` adds the
+traceback, redacted too.
 """
 
 from __future__ import annotations

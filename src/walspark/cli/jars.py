@@ -1,11 +1,7 @@
 """``walspark jars``: where Spark gets Delta Lake's jars, and filling the local cache.
 
-A pip-installed walspark has no ``./dev setup``: the first session fetches Delta's jars with
-Spark's package resolution and keeps them in the cache (see :mod:`walspark.spark.jars`). This
-command does that ahead of time (``walspark jars``, e.g. while the machine is online), copies
-jars from a folder into the cache for a machine that is never online (``--from FOLDER``), and
-prints the folder and files a session would use — which is also what ``spark-submit --jars``
-needs. ``--warm`` also makes the driver JVM's class archive (:mod:`walspark.spark.cds`).
+Fills the cache ahead of time or ``--from FOLDER``, prints what a session (or ``spark-submit
+--jars``) would use; ``--warm`` also makes the class archive. See docs/deploying.md.
 """
 
 from __future__ import annotations

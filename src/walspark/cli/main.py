@@ -1,12 +1,8 @@
 """The ``walspark`` command.
 
-Subcommands import what they need when they run, so ``walspark --help`` answers at once
-instead of waiting for PySpark.
-
-Errors: every failure ends as one line on stderr, ``Error: <what is wrong>; <what to do>``,
-with exit status 1 (2 for a usage error such as an unknown option or an out-of-range value),
-never a traceback and never a password. ``-vv`` or ``WALSPARK_DEBUG=1`` adds the (redacted)
-traceback before that line. See :mod:`walspark.cli.errors`.
+Subcommands import what they need when they run, so ``walspark --help`` answers at once.
+Every failure ends as one line on stderr (:mod:`walspark.cli.errors`; docs/applying.md,
+"Errors").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``walspark resnapshot``: re-copy tables of a running (or the next) ``walspark run``.
 
-A thin command over :func:`walspark.spark.tablesync.state.request_resnapshot`: it writes a
-request under ``<target>/_walspark/tablesync/requests/``; the pipeline of that target picks it up
-at its next check (``--sync-check-seconds``) or its next start, copies each table inside a new
-exported snapshot while the other tables keep streaming, and hands it over to the stream with
-no change lost or doubled (docs/design/table-sync.md). Nothing here touches the slot.
+A thin command over :func:`walspark.spark.tablesync.state.request_resnapshot`; nothing here
+touches the slot. See docs/design/table-sync.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``walspark run``: stream a publication's changes from a slot into Delta tables, exactly once.
 
-A thin wrapper: the options become a :class:`walspark.Pipeline` (the pipeline's logic lives in
-:mod:`walspark.pipeline`), run in the main thread, where SIGTERM and Ctrl-C become a clean stop
-between batches (see
-:class:`walspark.pipeline.StopSwitch`). The preflight checks run before Spark starts, so a wrong
-DSN or name costs a second, not thirty. Errors leave as one line (:mod:`walspark.cli.errors`).
+A thin wrapper over :class:`walspark.Pipeline`, run in the main thread, where SIGTERM and Ctrl-C
+become a clean stop between batches (:class:`walspark.pipeline.StopSwitch`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """``walspark snapshot``: copy every published table into Delta and print where streaming starts.
 
-The command creates the slot (with an exported snapshot), copies the tables in parallel Spark
-tasks, prints one progress line per table as its tasks finish, and ends with the slot's
-consistent point ``X/Y``: stream the slot from there (``walspark run`` does) and the target
-continues the snapshot with no gap and no duplicate. Running it again after a failure starts
-over cleanly; after a success it does nothing and prints the same point (``--redo`` forces a new
-snapshot).
+It ends with the slot's consistent point ``X/Y``; running it again after a failure starts over,
+after a success prints the same point. See docs/snapshot.md.
 """
 
 from __future__ import annotations

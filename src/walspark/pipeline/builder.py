@@ -1,15 +1,8 @@
 """``walspark.Pipeline``: the library form of ``walspark run``, for notebooks and programs.
 
-A builder in the style of Delta's Python builders (``DeltaTable.merge(...).whenMatched...``):
-the constructor takes what every run needs, chainable methods add options, and a terminal call
-runs it — :meth:`Pipeline.run_once` (``walspark run --once``: apply what is committed now, then
-return) or :meth:`Pipeline.start` (stream in a background thread; returns a
-:class:`~walspark.pipeline.handle.PipelineHandle`). Both run the preflight checks first, in the
-caller's thread, so a wrong name fails at once with the same message the CLI prints, and
-nothing (slot, snapshot, files) is created before they pass.
-
-The library never installs signal handlers and never stops the SparkSession it is given: a
-notebook keeps its session; the CLI wires SIGTERM/Ctrl-C to the handle's ``stop`` itself.
+A builder in the style of Delta's; :meth:`Pipeline.run_once` and :meth:`Pipeline.start` run the
+preflight checks first, in the caller's thread. It never installs signal handlers nor stops the
+session it is given. See docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

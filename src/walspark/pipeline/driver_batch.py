@@ -1,43 +1,8 @@
 """A ``--once`` run's few pending changes applied from the driver, as the query's next micro-batch.
 
-Why: the streaming query's first micro-batch costs seconds before its first row — the Python
-data source's schema worker, the source process with its own stager, a Spark job whose task
-starts a Python worker to decode, the Arrow copy back to the driver (docs/design/fixed-costs.md)
-— while a scheduled ``run --once`` usually finds a few transactions. When the peek of
-:mod:`walspark.pipeline.idle` finds only plain transactions (at most
-:data:`~walspark.pipeline.idle.PEEK_ROWS` rows), the driver does here what the query would do,
-with the same objects, in the same order, and leaves the checkpoint as the query would have:
-
-1. the data source's own stream reader (:class:`~walspark.spark.datasource.stream_reader.PgoutputStreamReader`),
-   in this process, stages the slot up to the server's current position (``Trigger.AvailableNow``)
-   and plans the batch ``(end of batch N, end]`` from the checkpoint's last batch N;
-2. batch N+1 is written to the checkpoint's offset log — from here a crash is a batch the next
-   query replays with the same range and the same staged segments;
-3. the reader decodes the batch's segments (what a task would); the sink applies the rows as
-   batch N+1 (Delta's transaction ids N+1, the progress rows);
-4. batch N+1 goes to the commit log; the reader's ``commit(end)`` confirms the slot and frees
-   the segments, and stopping the reader sends the confirmation.
-
-Like ``Trigger.AvailableNow``, it repeats until everything up to the server's position at the
-start is applied: the reader hands over what is staged while the stager reads on, so a backlog
-of thousands of transactions may take two or three batches.
-
-A checkpoint no query has used yet (the first run after the snapshot) is begun the same way: the
-driver writes the query id and an empty batch 0 ending at the slot's confirmed position, where
-the query's own batch 0 would have started and, with nothing staged, ended
-(:func:`begin_checkpoint`); the run's changes are then batch 1.
-
-A schema change (the stager's barrier: a change whose shape the declared schema cannot hold) is
-taken as the query's restart takes it: the batches before it are applied, the reader stops, and
-the caller declares the new shape and reads on (:data:`BARRIER`); :func:`skip_query
-<walspark.pipeline.queries.skip_query>` does so with the same checks (a restart that stops at
-the same transaction again is stuck) and the same bound as the query's restarts.
-
-Anything else — batches larger than the sink merges
-from the driver (``WALSPARK_DRIVER_MERGE_ROWS``), a checkpoint or target not on local disk, a
-checkpoint whose last batch is not committed — leaves the rest to the query, before the next
-batch is written: staged segments are kept and served to the query's own stager, which goes on
-from the checkpoint's last batch. ``WALSPARK_DRIVER_BATCH=0`` turns this path off.
+The same objects in the same order as the query, leaving the checkpoint as the query would have,
+so a crash at any step is a batch the next query replays. See docs/design/pipeline.md §6 for the
+steps.
 """
 
 from __future__ import annotations

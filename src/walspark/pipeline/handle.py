@@ -1,10 +1,7 @@
 """A pipeline running in a background thread, and what the caller can do with it.
 
-Why a thread and not a process: the caller's SparkSession (a notebook's, a test's) is the one
-the pipeline uses, and it lives in this process. The thread is a daemon, so an interpreter that
-exits does not wait for a stream nobody stops; :meth:`PipelineHandle.stop` is the clean way
-out (between batches, like SIGTERM for ``walspark run``). An exception that ends the thread is
-kept and raised again by :meth:`PipelineHandle.await_termination` in the caller's thread.
+A thread, so the caller's SparkSession is the one used; :meth:`PipelineHandle.stop` is the clean
+way out. See docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """What a ``--once`` run has to stream, asked before a streaming query is started.
 
-Why: a streaming query costs seconds even when it plans little or nothing — the Python data
-source's schema and planning workers, the stager's replication connection, the query's start,
-its first job and its stop (docs/design/fixed-costs.md) — and a scheduled ``run --once`` often
-finds nothing new, or a few changes. A run that finds nothing confirms the slot as an idle
-stream would and skips the query; one that finds a few plain transactions applies them from the
-driver as the query's next micro-batch (:mod:`walspark.pipeline.driver_batch`). The rest of the
-run (the catalog followed, maintenance, the table sync's finish) is the same.
-
-:func:`pending` answers with the server's position and the transactions the lake does not have
-yet when all of these hold; any doubt (an error, a message of two-phase commit or a logical
-message, a long peek) answers None and the query runs as before:
-
-* the checkpoint's commit log has a last batch, and no staged transaction, schema barrier or
-  prepared transaction lies beyond its end — or no query has used the checkpoint yet (the first
-  run after the snapshot) and nothing is staged: the lake then starts where the query would, at
-  the slot's confirmed position (:attr:`Pending.first_batch_end`, batch 0 of the checkpoint, which
-  the run writes before it applies anything: :func:`~walspark.spark.datasource.offsets.start_checkpoint`);
-* no table is being copied or handed off by the table sync;
-* a peek of the slot up to the server's current position (``pg_logical_slot_peek_binary_changes``,
-  bounded to :data:`PEEK_ROWS` rows) finds only whole transactions of relations, types and row
-  changes (a PREPARE or COMMIT PREPARED of a two-phase slot is left to the query, whose staging
-  keeps prepared transactions across runs).
-
-Nothing is pending when every transaction found commits before the checkpoint's end.
-The slot is then advanced to that position the way the stager confirms an idle keepalive: the
-staging directory's idle mark is written first (so the next query tells this apart from a slot
-moved by another consumer), then ``pg_replication_slot_advance``. Nothing was applied, so the
-slot is never confirmed past what the lakehouse holds.
+Nothing pending: the slot is confirmed as an idle stream would and no query starts; a few plain
+transactions: :mod:`walspark.pipeline.driver_batch`; any doubt: the query. See
+docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The progress lines of a running pipeline, from Spark's streaming listener.
 
-One line per micro-batch (change rows, rows/s, how far behind the source in seconds and in WAL)
-goes to the ``say`` callable the caller chose: the CLI's stderr, a notebook's ``print``, a
-logger; and while the stream is idle, a line a minute saying it is up to date. It only reports:
-telling the stager which batches are committed is the data source's (:mod:`~walspark.spark.datasource.commits`).
-Spark delivers listener events for every query of the session, so only this pipeline's query
-(by name) is looked at: a notebook may run other streams beside it. Events reach listeners
-asynchronously, so a batch that started before this listener existed (an earlier run's, in the
-same session, under the same name) is not this run's and is ignored too.
+It only reports, and only this pipeline's query: telling the stager which batches are committed
+is the data source's (:mod:`~walspark.spark.datasource.commits`). See docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

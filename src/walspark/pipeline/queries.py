@@ -1,12 +1,7 @@
 """The streaming query of a pipeline: start it, restart it after each schema change, stop it cleanly.
 
-A schema change (a column added, dropped, renamed or retyped, a table joining the publication)
-ends the query with ``SchemaChangedError`` once every earlier change is delivered; the query is
-restarted, which declares the catalog's shape and the stream's (docs/design/pipeline.md §4), and
-the sink evolves the Delta table. Each restart must get past the transaction that stopped the
-previous query; one that stops at the same transaction again cannot, and the run ends with
-:class:`SchemaStuckError` saying which table, which change, and what to do — never a restart loop.
-A stop request (:class:`~walspark.pipeline.settings.StopSwitch`) ends the query between batches.
+A restart that stops at the same transaction again ends the run with :class:`SchemaStuckError` —
+never a restart loop. See docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """One run of the pipeline, start to end, in the calling thread.
 
-The pipeline is one Spark streaming query: the ``pgoutput`` source (all tables) and
-:class:`walspark.spark.lake.sink.ApplyChanges` as its ``foreachBatch`` sink, with the per-table
-sync (tables joining the publication, re-copies) beside it. A slot that does not exist yet is
-created by the initial snapshot, which copies every table and hands over at the slot's
-consistent point; an existing slot streams from its ``confirmed_flush_lsn``. The source confirms
-the slot only after the sink returned (``commit(end)``), the sink's MERGEs are idempotent per
-batch, and the checkpoint lives under ``<target>/_walspark/`` — so a kill at any point and a
-restart leave the target equal to the source at some commit.
-
-This is the code of ``walspark run`` and of :class:`walspark.Pipeline`; neither adds logic of
-its own. It installs no signal handler and never stops the caller's SparkSession.
+The code of ``walspark run`` and of :class:`walspark.Pipeline`; neither adds logic of its own. See
+docs/design/pipeline.md §6 for why a kill at any point leaves the target equal to the source at
+some commit.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """What a running (or finished) pipeline has done so far, readable from any thread.
 
-The pipeline thread records as it goes (phase, each applied batch, the slot lag); a caller in
-another thread — a notebook cell, the CLI, a benchmark — reads a frozen :class:`PipelineStatus`
-at any time, and ``run_once`` returns a :class:`RunSummary`. Batches are recorded by the sink
-wrapper right after they are applied (synchronously), not from Spark's listener events, which
-arrive late and are shared by every query of the session.
-
-Another process (``walspark status --target``, a monitor) reads the same status from the file
-the tracker keeps under the pipeline's state folder (:func:`read_status_files`): rewritten at
-each phase and at most every few seconds for batches, never allowed to fail the pipeline.
+Recorded by the sink wrapper as batches are applied, and kept in a file for other processes. See
+docs/design/pipeline.md §6.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """The pgoutput wire protocol, bytes ⇄ typed messages — pure Python, no I/O.
 
-:mod:`walspark.protocol` decodes and encodes every message of PostgreSQL's logical
-replication protocol as produced by the ``pgoutput`` plugin, versions 1 to 4 (streamed
-transactions, two-phase commit, parallel-streaming Stream Abort), plus the
-streaming-replication frames that carry them (XLogData ``w``, primary keepalive ``k``,
-standby status update ``r``). It never opens a connection and never imports Spark, so it
-can be used alone as a fast, strict pgoutput decoder.
-
-Typical use::
-
-    from walspark.protocol import Decoder, XLogData, format_lsn
-
-    decoder = Decoder(protocol_version=4, streaming_parallel=True)
-    frame = XLogData.decode(copy_data)
-    message = decoder.decode(frame.payload, lsn=frame.data_start)
-
-All malformed input raises :class:`ProtocolError` (with kind, offset and LSN).
+Every message of protocol versions 1 to 4 and the replication frames that carry them; all
+malformed input raises :class:`ProtocolError` (with kind, offset and LSN). See
+docs/design/protocol.md.
 """
 
 from .decoder import MAX_PROTOCOL_VERSION, MIN_PROTOCOL_VERSION, Decoder, decode_message, read_tuple_data

@@ -1,12 +1,7 @@
 """The low-level readers of :mod:`walspark.protocol.decoder`: layouts, TupleData, strings, errors.
 
-Why a module of its own: every per-message decoder (:mod:`._message_decoders`) is written
-in terms of these few readers — a fixed group of integers (:class:`_Layout`), a
-NUL-terminated string, the optional in-stream Xid, a TupleData part, the "fixed head + GID"
-of the two-phase messages — and the errors they raise. They are where the decoder's error
-discipline and speed (see :mod:`walspark.protocol.decoder`) are implemented once: each
-length is checked here before anything is sliced, and each error names the field, its
-offset and the message's LSN.
+Where the decoder's error discipline and speed are implemented once: each length is checked here
+before anything is sliced (docs/design/protocol.md).
 """
 
 from __future__ import annotations

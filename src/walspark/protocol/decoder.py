@@ -1,40 +1,8 @@
 """pgoutput bytes → typed messages.
 
-One ``_decode_<message>`` function per message kind, each reading its layout field by field
-as the PostgreSQL documentation lists it; shared parts (the optional in-stream Xid,
-TupleData, NUL-terminated strings, fixed groups of integers, the "fixed head + GID" of the
-two-phase messages) are read by one helper each.
-
-Why a stateful :class:`Decoder`: the same kind byte has two layouts. Message, Relation,
-Type, Insert, Update, Delete and Truncate carry an Xid only between Stream Start and
-Stream Stop, and Stream Abort carries an abort LSN and timestamp only with protocol
-version 4 and ``streaming = parallel``. Neither fact is in the message itself, so the
-decoder must know the protocol version and options in force and track Stream Start /
-Stream Stop. :func:`decode_message` is the stateless form for callers that track the
-stream state themselves (e.g. executors decoding a segment of a capture file).
-When the options are unknown (a capture written without walspark's metadata), protocol 4
-with ``streaming_parallel=None`` decodes a stream of any version: no other layout differs
-between versions, and the two Stream Abort layouts differ in length (9 or 25 bytes).
-
-Error discipline: anything wrong with the bytes raises
-:class:`~walspark.protocol.errors.ProtocolError` naming the message kind, the byte offset
-inside the message and the message's LSN (if the caller passed it). Every length read from
-the wire is checked against the bytes actually present before anything is sliced, so a
-hostile length never causes a large allocation, and every loop is bounded by a count that
-has been checked against the remaining buffer.
-
-Speed: precompiled :class:`struct.Struct` readers with ``unpack_from`` on the original
-``bytes`` (no ``BytesIO``, no re-slicing of the buffer), a 256-entry dispatch list indexed
-by the kind byte, ``bytes.find`` for strings, and column values left undecoded. Row changes
-(nearly all of a stream) and TupleData parts have an optimistic fast path that does no
-checks inside its loop and, on anything unexpected, hands the message to the checked
-reference path — so results and errors are those of the reference path, and the checks
-cost nothing on valid input.
-
-Where the code is: the field-level readers, layouts and error helpers in
-:mod:`._readers`; one ``_decode_<message>`` function per kind in :mod:`._message_decoders`;
-here, the dispatch by kind byte, :class:`Decoder`, :func:`decode_message` and
-:func:`read_tuple_data` — the module's public surface.
+A stateful :class:`Decoder` (the same kind byte has two layouts, by stream state and options)
+and the stateless :func:`decode_message`; strict on bad bytes, fast on good ones. See
+docs/design/protocol.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Typed messages → pgoutput bytes: the exact inverse of :mod:`walspark.protocol.decoder`.
 
-The encoder produces what PostgreSQL's ``pgoutput`` would send for the same message, so
-that ``decode(encode(m)) == m`` and ``encode(decode(b)) == b``. It exists for tests,
-fixtures and tools (synthetic streams, capture-file rewriting), not for the hot path.
-
-Everything it needs is in the message: an ``xid`` of ``None`` means "not inside a streamed
-block" (no Xid field written), and a Stream Abort with ``abort_lsn``/``abort_timestamp``
-set is written in the protocol-4 parallel-streaming layout. Messages that cannot be
-encoded (a value out of its integer range, a string containing NUL, an Update with both
-``key_tuple`` and ``old_tuple``, a TupleData whose kinds and values disagree) raise
-:class:`ValueError` — that is a bug in the caller, not malformed input.
+For tests, fixtures and tools, not the hot path; a message that cannot be encoded raises
+:class:`ValueError`. See docs/design/protocol.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The single error type of :mod:`walspark.protocol`.
 
-Every way a byte string can fail to be a valid pgoutput message (or replication frame)
-surfaces as :class:`ProtocolError`, never as ``struct.error``, ``IndexError`` or
-``UnicodeDecodeError``: callers handle exactly one exception, and the error always says
-*which* message, *where* in it, and *at which LSN* — the three facts needed to find the
-offending bytes in a capture file or in the server's WAL.
+Every malformed message or frame is a :class:`ProtocolError` naming the message, the offset in
+it and the LSN. See docs/design/protocol.md.
 """
 
 from __future__ import annotations

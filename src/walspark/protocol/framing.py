@@ -1,10 +1,6 @@
 """Streaming-replication CopyData framing: XLogData ``w``, primary keepalive ``k``, standby status update ``r``.
 
-These frames wrap the pgoutput messages on a replication connection (in COPY BOTH mode).
-Same conventions as the message codec: integers stay ints (LSNs unsigned, clocks in
-microseconds since 2000-01-01 UTC, with datetime properties on request), and every
-malformed frame raises :class:`~walspark.protocol.errors.ProtocolError` with kind, offset
-and (when known) LSN.
+Same conventions as the message codec (docs/design/protocol.md).
 """
 
 from __future__ import annotations

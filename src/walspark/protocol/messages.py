@@ -1,18 +1,7 @@
 """Typed pgoutput messages: one frozen dataclass per message of the logical replication protocol.
 
-Layouts and names follow PostgreSQL's "Logical Replication Message Formats" (protocol
-versions 1-4). Field values are kept exactly as on the wire so that encoding a decoded
-message reproduces the original bytes:
-
-* LSNs are unsigned 64-bit ints (see :func:`~walspark.protocol.lsn.format_lsn`);
-* timestamps are ints, microseconds since 2000-01-01 UTC; each message with a timestamp
-  has a property (``commit_time``, ``prepare_time``, ...) returning an aware datetime;
-* names and strings are ``str`` (UTF-8 on the wire); column values stay ``bytes`` — turning
-  them into Python values is the job of :mod:`walspark.values`, which needs the Relation
-  message and the text/binary format anyway;
-* ``xid`` of the messages that may appear inside a streamed block (Message, Relation, Type,
-  Insert, Update, Delete, Truncate) is ``None`` outside streamed blocks, where the wire
-  format has no Xid field.
+Field values are kept exactly as on the wire, so that encoding a decoded message reproduces the
+original bytes. See docs/design/protocol.md.
 """
 
 from __future__ import annotations

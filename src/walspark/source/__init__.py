@@ -1,16 +1,7 @@
 """The replication source: slots, publications and a live pgoutput stream with safe feedback.
 
-* :mod:`.names`, :mod:`.dsn` — name validation and quoting, DSN password redaction;
-* :mod:`.publications`, :mod:`.slots` — management over ordinary SQL, slot inspection
-  (retained WAL, lag), slot creation with an exported snapshot;
-* :mod:`.options` — pgoutput options negotiated from the server version;
-* :mod:`.stream` — :class:`ReplicationStream`: raw messages, ``confirm(lsn)``, feedback that
-  never reports more than the consumer confirmed, keepalives, reconnects;
-* :mod:`.dedup` — :class:`DuplicateFilter`: each transaction once across reconnects;
-* :mod:`.reconnect` — :class:`ReconnectPolicy` (exponential backoff with jitter);
-* :mod:`.errors` — one-line, actionable errors with a ``retryable`` flag.
-
-This package may import :mod:`walspark.protocol`, never Spark.
+This package may import :mod:`walspark.protocol`, never Spark. See docs/design/source.md for its
+modules.
 """
 
 from __future__ import annotations

@@ -1,35 +1,8 @@
 """COPY BOTH I/O on psycopg2's own libpq connection, through ctypes.
 
-Why not psycopg2's ``read_message()`` / ``send_feedback()``: reading psycopg2's C source
-(``psycopg/pqpath.c``, ``pq_read_replication_message`` and ``pq_send_replication_feedback``;
-``psycopg/replication_cursor_type.c``, ``send_feedback``) shows three things it does on its own:
-
-1. On every primary keepalive it *advances the flush position it will report* to the
-   keepalive's ``wal_end`` when ``explicitly_flushed_lsn >= last_msg_data_start`` — i.e. when
-   the highest flush we ever passed is at or past the *start* LSN of the last XLogData. That
-   is not "everything received is durable": the Begin of a long-running transaction has a
-   start LSN *below* the commit of the transaction delivered just before it, so after
-   confirming that earlier commit, a keepalive arriving while a slow consumer is still
-   behind on later, already-received transactions makes psycopg2 report ``wal_end`` as
-   flushed — the slot then skips data the consumer never made durable. (Both values start
-   at 0, so it also advances on any keepalive before the first message.)
-2. It answers a keepalive that requests a reply *inside* ``read_message()``, with its stored
-   (possibly auto-advanced) positions.
-3. ``read_message()`` sends a status update by itself whenever ``status_interval`` elapsed,
-   again with the stored positions; and the stored positions only ever grow
-   (``send_feedback`` keeps the maximum), so a value once advanced cannot be taken back.
-
-None of this can be switched off through psycopg2's API. So walspark uses psycopg2 only to
-connect and to issue ``START_REPLICATION`` (after which the connection is in COPY BOTH mode),
-and then moves CopyData itself with libpq's ``PQgetCopyData`` / ``PQputCopyData`` on the very
-``PGconn`` psycopg2 opened (``connection.pgconn_ptr``). psycopg2's replication cursor is never
-read from again, so its feedback logic never runs: every standby status update on the wire is
-one walspark built, with positions walspark chose.
-
-The libpq functions are looked up *through psycopg2's extension module* (``dlsym`` on its
-handle searches its dependencies), which yields the libpq psycopg2 itself is linked against —
-essential, since a ``PGconn`` must only be used by the library that created it (psycopg 3's
-wheel ships a different libpq in the same process).
+psycopg2's ``read_message()`` / ``send_feedback()`` advance and report the flush position by
+themselves, which can confirm data the consumer never made durable; so walspark moves CopyData
+itself on psycopg2's ``PGconn``. See docs/design/source.md for the reasoning.
 """
 
 from __future__ import annotations

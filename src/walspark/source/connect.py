@@ -1,14 +1,7 @@
 """Opening connections and turning driver errors into :mod:`walspark.source.errors`.
 
-Two drivers, each for what it does best: psycopg 3 for ordinary SQL (slots and publications
-management, status), psycopg2 for the replication connection, because it is the one of the
-two that can enter COPY BOTH mode (psycopg 3 has no replication support).
-
-Error classification is by SQLSTATE when the server sent one, by message text otherwise:
-libpq reports connection-time failures (bad password, missing database, no REPLICATION
-attribute) without a SQLSTATE in either driver. The texts matched are PostgreSQL's English
-messages; with another ``lc_messages`` an unknown failure is treated as a dropped connection
-(retryable), never as success.
+psycopg 3 for ordinary SQL, psycopg2 for the replication connection (COPY BOTH). See
+docs/design/source.md for how errors are classified.
 """
 
 from __future__ import annotations

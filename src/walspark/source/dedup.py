@@ -1,37 +1,7 @@
 """Drop transactions a resumed stream delivers a second time.
 
-After a reconnect the server resends every transaction that committed after the slot's
-``confirmed_flush_lsn``. The consumer may already have received some of them (received, not
-yet durable — or durable but not yet confirmed when the process crashed). The rule that makes
-each transaction arrive once: **drop a transaction whose commit LSN is at or before the last
-commit LSN already delivered**. Commits are decoded in WAL order, so delivered commit
-positions only grow, and one number is enough to remember.
-
-The filter works on raw messages and looks only at transaction headers (Begin, Commit, Begin
-Prepare, Prepare, Commit Prepared, Rollback Prepared, Stream Start/Commit/Abort/Prepare,
-non-transactional Message), decoded with :func:`walspark.protocol.decoder.decode_message`;
-row changes are never decoded here.
-
-Internally the position kept is ``delivered_lsn``: the *end* LSN of the last delivered
-commit-like record (Commit.end_lsn, which is also the Commit message's ``data_start`` and what
-a consumer confirms). A commit record starting before it was delivered — equivalent to "commit
-LSN ≤ last delivered commit LSN", and also defined for Rollback Prepared, which carries only
-end positions.
-
-Details that matter:
-
-* **Schema messages survive.** Relation and Type messages inside a dropped transaction are
-  passed through (outside any transaction): the server sends each only once per connection,
-  so a later, new transaction relies on the consumer having seen it.
-* **Streamed transactions** (protocol ≥ 2) reveal their commit LSN only at Stream Commit. The
-  filter remembers the xids of delivered transactions, so a re-streamed block of one of them is
-  dropped from Stream Start on (Relation/Type messages of such a block are passed with their
-  Xid field removed, as outside a block). If blocks of a transaction were passed and its Stream
-  Commit (or Stream Prepare) then turns out to be a duplicate — a filter restarted from a
-  progress table does not know the xids — the commit is replaced by a Stream Abort of that
-  xid, so the consumer frees what it buffered instead of applying it twice.
-* :class:`~walspark.source.stream.Reconnected` items pass through and reset the per-connection
-  state (a partly received transaction is the consumer's to discard).
+The rule: drop a transaction whose commit LSN is at or before the last commit LSN already
+delivered. See docs/design/source.md for the details that matter.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Connection strings: password redaction, and the few parameters walspark adds.
 
-Redaction. A DSN is the one place a password usually lives, and DSNs end up in log lines,
-exception messages and CLI output. :func:`redact_dsn` masks every secret in both libpq forms —
-``key=value`` (with single-quoted values and backslash escapes) and URIs
-(``postgresql://user:secret@host/db?password=...``) — with a hand-written scanner rather than
-libpq's parser, so that a *malformed* DSN (the very case that ends in an error message) is
-redacted too. :func:`redact_secrets` additionally removes the password's literal text from
-arbitrary messages (server or driver errors can quote the connection string).
-
-Other parameters are passed through untouched, in particular ``sslmode``/``sslrootcert``/
-``sslcert``/``sslkey``: TLS is entirely libpq's business, walspark neither weakens nor
-strengthens what the DSN asks for. Two parameters are added *only when absent*:
-``connect_timeout`` (so a reconnect attempt to a dead host ends, instead of waiting for the
-kernel's TCP timeout) and ``application_name`` (so the walsender is recognisable in
-``pg_stat_replication``).
+See docs/design/source.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Errors of :mod:`walspark.source`: one-line, actionable, never carrying a password.
 
-Why a hierarchy with a ``retryable`` flag: the replication stream reconnects by itself after a
-dropped connection, but some failures will never go away by waiting (the slot does not exist,
-it was invalidated, a publication is missing, the role lacks the REPLICATION attribute,
-``wal_level`` is not ``logical``). Retrying those only hides the problem behind minutes of
-backoff, so they are raised at once with a message that says what to do.
-
-Every message is built from a DSN that went through :func:`walspark.source.dsn.redact_dsn`
-and from server text that went through :func:`walspark.source.dsn.redact_secrets`.
+A ``retryable`` flag tells a dropped connection from failures waiting cannot fix, which are
+raised at once. See docs/design/source.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """Validation and quoting of slot and publication names.
 
-Why validate before talking to the server: PostgreSQL silently *truncates* identifiers longer
-than 63 bytes (NAMEDATALEN - 1), so ``CREATE PUBLICATION`` with a 70-byte name succeeds and a
-later lookup by the full name fails; a NUL byte cannot travel in the protocol at all. Refusing
-both up front gives an error that names the problem.
-
-Why two quoting paths: SQL statements are composed with :class:`psycopg.sql.Identifier` (the
-driver knows the rules), but replication commands (``START_REPLICATION``,
-``CREATE_REPLICATION_SLOT``) go through the walsender's own small grammar and are sent as plain
-text, so they need :func:`quote_repl_ident` / :func:`quote_repl_literal`. The walsender scanner
-accepts double-quoted identifiers with ``""`` for a quote and single-quoted strings with ``''``
-for a quote; backslashes are not escapes there.
-
-``publication_names`` is special: it is *one* string option whose value is a comma-separated
-list that pgoutput splits with ``SplitIdentifierString`` — unquoted names are down-cased, quoted
-ones are taken verbatim. :func:`publication_names_value` therefore double-quotes every name,
-and :func:`quote_repl_literal` then wraps the whole list.
+Names are checked before they reach the server (which truncates them silently), and quoted for
+SQL and for the walsender's own grammar. See docs/design/source.md.
 """
 
 from __future__ import annotations

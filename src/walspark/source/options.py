@@ -1,22 +1,7 @@
 """pgoutput options for ``START_REPLICATION``, negotiated from the server's version.
 
-Why negotiate: each protocol version adds what a CDC tool needs — v2 streams large in-progress
-transactions (bounded memory on our side), v3 decodes two-phase transactions at PREPARE, v4
-adds parallel streaming's abort positions — but a server refuses a ``proto_version`` newer than
-its own. So by default walspark asks for the newest the server speaks:
-
-=============  ===========  ============================================================
-PostgreSQL     proto        options available
-=============  ===========  ============================================================
-≥ 16           4            streaming off/on/parallel, two_phase, origin any/none
-15             3            streaming on/off, two_phase
-14             2            streaming on/off, binary, messages
-10 – 13        1            publication_names only
-=============  ===========  ============================================================
-
-Every option can be overridden in :class:`StreamOptions`; a combination the server (or the
-protocol version) cannot honour raises :class:`~walspark.source.errors.OptionError` before any
-connection is made, with the reason, instead of a server error mid-start.
+By default the newest protocol the server speaks; a combination it cannot honour raises
+:class:`~walspark.source.errors.OptionError` before any connection. See docs/design/source.md.
 """
 
 from __future__ import annotations

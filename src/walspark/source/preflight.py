@@ -1,14 +1,7 @@
 """Checks a source database passes before any expensive work starts.
 
-Why: ``walspark run`` and ``walspark snapshot`` start a JVM (tens of seconds) before they first
-touch the database, and a problem found inside Spark surfaces as a wrapped, multi-line Java or
-Python-worker error. Everything that can be known from two cheap connections — the connection
-string, the server being reachable, the password, the database, ``wal_level``, the REPLICATION
-attribute, the publication, the slot, SELECT on the tables a snapshot will copy — is checked
-here first and raised as the :mod:`walspark.source.errors` class that says what to do.
-
-The checks only read catalogs and open (then close) one replication connection; they change
-nothing on the server.
+They read catalogs and open (then close) one replication connection; they change nothing on the
+server. See docs/design/source.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Reconnect policy: exponential backoff with jitter, bounded in attempts and in time.
 
-Why jitter: after a server restart every consumer of every slot reconnects at once; without
-jitter they all retry in lock-step and hit the server together each round. Why bounds: a
-stream that silently retries forever looks healthy while the slot pins WAL; after
-``max_attempts`` or ``max_elapsed`` seconds the stream raises
-:class:`~walspark.source.errors.ReconnectExhausted` so that the operator hears about it.
+See docs/design/source.md for why jitter and why bounds.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """Replication slots: create, drop, list, inspect — and creation with an exported snapshot.
 
-Management runs over an ordinary psycopg 3 connection and the SQL functions
-(``pg_create_logical_replication_slot``, ``pg_drop_replication_slot``, ``pg_replication_slots``),
-which work the same on every supported version. Inspection is version-aware: the columns that
-tell whether a slot is healthy arrived over time — ``wal_status``/``safe_wal_size`` (13),
-``two_phase`` (14), ``conflicting`` (16), ``invalidation_reason`` (17) — and a query naming a
-column the server lacks fails, so the SELECT list is built from the server version.
-
-Two derived numbers matter operationally, both computed by the server against its current WAL
-position (``pg_current_wal_lsn()``, or the replay position on a standby):
-
-* **retained WAL** = current - ``restart_lsn``: disk the slot forces the server to keep;
-* **lag** = current - ``confirmed_flush_lsn``: how far the consumer's durable position trails.
-
-Creating a slot *for a snapshot* is different: the snapshot a slot exports at creation is valid
-only while the replication connection that created it stays open and idle, so
-:func:`create_slot_with_snapshot` is a context manager holding that connection::
-
-    with create_slot_with_snapshot(dsn, "orders") as s:
-        # other sessions: BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT s.snapshot_name
-        ...  # copy the tables; then stream from s.consistent_point
+See docs/design/source.md for the version-aware inspection and why a snapshot's slot is a context
+manager.
 """
 
 from __future__ import annotations

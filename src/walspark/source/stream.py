@@ -1,44 +1,7 @@
 """A logical replication stream of raw pgoutput messages, with feedback that never runs ahead.
 
-:class:`ReplicationStream` holds one replication connection to one slot and yields
-:class:`RawMessage` items — the XLogData header fields and the pgoutput payload bytes, not
-decoded: decoding happens later, possibly on Spark executors, so the reader does as little as
-possible (one ``PQgetCopyData``, one header unpack, one kind-byte look-up per message).
-
-Positions, and the invariant
-----------------------------
-* ``received``: the highest XLogData start LSN handed to the consumer.
-* ``confirmed``: what the consumer declared durable with :meth:`ReplicationStream.confirm`.
-* ``flushed``: what walspark reports to the server as flushed — it becomes the slot's
-  ``confirmed_flush_lsn``, behind which the server may discard WAL and skip transactions.
-
-**``flushed`` never passes ``confirmed``**, with one deliberate exception ("idle confirm"):
-when the consumer has confirmed everything it received — no transaction or streamed
-transaction is open and ``confirmed >= received`` — and a primary keepalive reports a
-``wal_end`` beyond, walspark reports that ``wal_end``. The server only sends a keepalive
-position after it has sent every transaction committing before it, so nothing unconfirmed lies
-below it; without this, a slot whose published tables are quiet would pin WAL forever while
-the rest of the server (other tables, other databases) keeps writing. It also lets a *fast*
-server shutdown finish: PostgreSQL keeps each walsender alive until its client reports as
-flushed everything that was sent, shutdown checkpoint included — so a consumer that holds
-received-but-unconfirmed data delays the shutdown until it confirms (PostgreSQL's rule, not
-ours to bend).
-
-Status updates (write = received, flush = apply = flushed) are sent every
-``status_interval`` seconds, at once when the server asks for a reply, and by a background
-heartbeat thread when the consumer is busy between reads — so the server's
-``wal_sender_timeout`` never fires on a slow consumer. See :mod:`walspark.source._libpq` for
-why psycopg2's own feedback machinery is bypassed (it advances the flush position by itself).
-
-Reconnects
-----------
-A dropped connection (walsender terminated, server restart, network error) is retried with
-:class:`~walspark.source.reconnect.ReconnectPolicy`; the new connection restarts from
-``flushed`` and the stream yields a :class:`Reconnected` item before the first message of the
-new connection, so the consumer can drop a partially received transaction. The server resends
-every transaction committed after ``flushed`` — including some the consumer already received;
-:class:`walspark.source.dedup.DuplicateFilter` drops those. Errors retrying cannot fix (missing
-slot or publication, invalidated slot, permissions, ``wal_level``) are raised at once.
+What walspark reports as flushed never passes what the consumer confirmed, but for an idle
+keepalive; reconnects restart from there. See docs/design/source.md for the invariant.
 """
 
 from __future__ import annotations

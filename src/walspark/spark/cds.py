@@ -1,22 +1,7 @@
 """A class-data-sharing archive of the driver JVM: Spark's classes loaded from a memory map.
 
-Why: a ``walspark run`` starts a JVM, and a fresh JVM parses, verifies and links some 20,000 of
-Spark's classes on the way to its first MERGE — seconds of CPU at every start, paid again by
-every run of a scheduled ``--once`` job and by every test process (docs/design/fixed-costs.md).
-The JDK's class data sharing (CDS) keeps those classes, already parsed, in an archive the next
-JVM maps: the session is up ~4 s sooner and the first queries ~3 s sooner on the 2-core host.
-
-The archive is made once (``walspark jars --warm`` or ``./dev setup``, :func:`build`) by a JVM
-that runs a small pipeline — snapshot, inserts, updates, deletes, so the streaming query, the
-Python data source and Delta's MERGE are all loaded — and writes what it loaded when it exits
-(``-XX:ArchiveClassesAtExit``). Sessions then start with ``-XX:SharedArchiveFile``
-(:func:`java_options`). The JVM checks the archive itself (same JDK, same class path) and,
-when it does not match, runs as without it; its messages about that are turned off, so a stale
-archive costs nothing but the gain. ``WALSPARK_CDS=0`` turns it off. Under ``spark-submit`` the
-driver's JVM is already running and the archive is not used.
-
-One archive per Python environment and JDK: it lives in the virtual environment
-(``share/walspark/``) or, outside one, in the local cache, named after what it was made from.
+Made once (:func:`build`), mapped by every later session (:func:`java_options`), ignored by the
+JVM when it does not match. See docs/design/fixed-costs.md ("The class archive").
 """
 
 from __future__ import annotations

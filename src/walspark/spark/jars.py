@@ -1,26 +1,8 @@
 """Where a Spark session gets Delta Lake's jars (and hadoop-aws for ``s3a://``).
 
-Delta's Python package (delta-spark) holds no jars: the JVM side must be put on Spark's class
-path. walspark looks, in this order, and takes the first folder that has what is needed:
-
-1. ``$WALSPARK_JARS_DIR`` (or the ``directory`` argument): a folder of jars you manage;
-2. the checkout's ``.jars/`` when walspark runs from a source checkout (``./dev setup`` fills it
-   from ``build-support/pom.xml`` with Maven);
-3. the local cache, ``${XDG_CACHE_HOME:-~/.cache}/walspark/jars/spark-<pyspark>-delta-<delta>/``
-   (what a ``pip install``-ed walspark uses);
-4. Spark's own package resolution (``spark.jars.packages``, the mechanism of delta-spark's
-   ``configure_spark_with_delta_pip``), run once in a child process whose output is kept in
-   ``resolve.log`` beside the cache; the resolved jars are copied into the cache, so every later
-   session is offline. Spark's ``spark.jars.ivy``, ``spark.jars.ivySettings`` and
-   ``spark.jars.repositories`` settings, when given, steer that resolution.
-
-hadoop-aws (the ``s3a://`` filesystem) is only looked for when the session will use an
-``s3a://`` location: its AWS SDK bundle is several hundred MB, which a pip user who keeps the
-tables on a local disk should not have to download. Its version is the Hadoop client's that
-pyspark ships (``pyspark/jars/hadoop-client-api-<version>.jar``).
-
-When nothing is found and the resolution fails (offline, no cache) :class:`DeltaJarsNotFound`
-says what to do, in one message.
+The first folder that has them, in the order docs/deploying.md ("spark-submit and pip") gives,
+else Spark's package resolution once; when nothing is found, :class:`DeltaJarsNotFound` says
+what to do, in one message.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Where everything of one target lives: its tables, their change logs and walspark's own state.
 
-One :class:`TargetLayout` per pipeline is the only code that spells a path under a target, so a
-folder moves in one place and every reader and writer follows. Table folders keep PostgreSQL's
-names as spelled — quotes, spaces, dots, upper case and non-ASCII letters — so a data engineer
-finds ``public.Orders`` at ``lake/public/Orders``; :func:`path_segment` percent-encodes (UTF-8
-bytes as ``%XX``) only what a path cannot hold unambiguously: ``%`` itself, ``/`` and ``\\``,
-``:`` (Hadoop reads ``a:b`` as a URI scheme), control characters, a leading ``.``, and the
-schemas ``_walspark`` and ``_changes``, whose folders are walspark's. Since ``%`` is encoded too,
-two tables never share a path, and :func:`urllib.parse.unquote` gives the name back.
+One :class:`TargetLayout` per pipeline is the only code that spells a path under a target. See
+docs/design/storage.md for how names become folders.
 """
 
 from __future__ import annotations

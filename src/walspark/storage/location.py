@@ -1,23 +1,7 @@
 """One file or folder of walspark's state, on a local disk or an object store, by URI.
 
-Every byte walspark keeps outside its Delta tables (snapshot record, staged segments, notes,
-prepared transactions, copy plans) is read and written here, so that the same code runs on a
-local folder and on ``s3a://``, ``gs://``, ``abfss://`` or ``hdfs://``. Object stores have no
-atomic rename and no append; the operations offered are the ones that are atomic on all of
-them, and callers are written around them:
-
-* :meth:`Location.write` — the whole object at once. The bytes are built first and written in
-  one call: a single PUT is atomic (readers see the old object or the new one). On a local
-  disk: a sibling file, fsynced, renamed into place, the folder fsynced — as durable as before
-  object stores were supported. Used both for write-once objects (unique names) and for small
-  documents replaced in place;
-* :meth:`Location.list`, :meth:`Location.read_bytes`, :meth:`Location.open_arrow`,
-  :meth:`Location.open_read`, :meth:`Location.delete`, :meth:`Location.delete_tree`.
-
-URIs: plain paths and ``file:`` are local; ``s3a://``, ``s3://`` and ``s3n://`` go to
-:class:`pyarrow.fs.S3FileSystem` with the :class:`~.settings.StorageSettings`; ``gs://`` to
-``GcsFileSystem``, ``abfss://container@account.dfs.core.windows.net/…`` to ``AzureFileSystem``
-and ``hdfs://`` to ``HadoopFileSystem``, each with its library's default credentials.
+Only operations atomic on every store are offered: an object is written whole, in one call. See
+docs/design/storage.md.
 """
 
 from __future__ import annotations

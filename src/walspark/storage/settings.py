@@ -1,15 +1,7 @@
 """Where object-store credentials and endpoints come from: one place for every part of walspark.
 
-Delta's writes go through Hadoop's ``s3a`` filesystem, configured by the Spark session's
-``spark.hadoop.fs.s3a.*`` settings; walspark's own files (snapshot record, staged segments,
-notes) go through :mod:`pyarrow.fs`. Both must reach the same bucket with the same identity, so
-:class:`StorageSettings` is read from those Hadoop settings, and falls back to the standard
-``AWS_*`` environment variables; :func:`spark_conf_from_env` hands those variables to a Spark
-session that was not given the Hadoop keys, so ``--target s3a://…`` works with the variables
-alone. Executors get the settings in the data source's options (:meth:`StorageSettings.to_options`,
-under Hadoop's own key names, which Spark's redaction pattern hides in plans and logs).
-
-A secret never appears in a ``repr``, a log line or an error message.
+The Spark session's ``spark.hadoop.fs.s3a.*`` settings, else the ``AWS_*`` variables; a secret
+never appears in a ``repr``, a log line or an error message. See docs/design/storage.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """PostgreSQL value formats (text and binary) -> Python values, Arrow arrays, Spark types.
 
-Pure: no I/O, no Spark import at module level. Entry points:
-
-* :class:`TypeRegistry` — type OID (+ typmod, :class:`ColumnOptions`) -> :class:`Codec`;
-  register enums, domains, composites, user ranges and arrays on it.
-* :func:`to_arrow_array` — one TupleData column of a batch -> Arrow (+ unchanged mask).
-* :func:`arrow_schema` / :func:`spark_schema` — Relation columns -> schemas.
-* :func:`decode_value` — one value -> its Python value.
-
-See docs/types.md for every type's mapping and each policy.
+Pure: no I/O, no Spark import at module level. Entry points: :class:`TypeRegistry`,
+:func:`to_arrow_array`, :func:`arrow_schema` / :func:`spark_schema`, :func:`decode_value`. See
+docs/types.md for every type's mapping and each policy.
 """
 
 from __future__ import annotations

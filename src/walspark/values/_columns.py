@@ -1,13 +1,7 @@
 """Raw columns and the whole-column conversions that the codecs use where they are exact.
 
-Why a module of its own: these work on a column of raw values, not on one codec — the
-representation of a column (bytes per row, or an Arrow binary array that the compiled hot
-path builds from the message buffers) and the vectorised conversions of fixed-width,
-numeric and date/timestamp binary values (in C with ``walspark_c``, else with one
-``struct`` call), each of which declines with :class:`_Fallback` so that the codec's
-per-value path, the reference, decides. The scalar codecs and the registry's
-``vector_binary`` functions call them; the batch decoders wrap gathered buffers with
-:func:`raw_array_from_buffers`.
+Each conversion declines with :class:`_Fallback` so that the codec's per-value path, the
+reference, decides. See docs/design/values.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Arrays: a real parser for array_out's text, array_send's binary, and an encoder.
 
-Text grammar (array_in / array_out): an optional dimension decoration ``[lo:hi]...=``
-(present when any lower bound is not 1), then nested braces. Elements are separated by
-the element type's delimiter (``,`` for all built-in types except box, which uses
-``;``). An element is either double-quoted (``\\`` escapes the next character; a quoted
-``"NULL"`` is the string NULL) or unquoted (``\\`` escapes; surrounding blanks are
-dropped; ``NULL`` in any case is a null element). ``{}`` is an empty array of any
-dimension count.
-
-Binary (array_send): int32 ndim, int32 has-nulls flag, uint32 element OID, ndim pairs
-of (int32 length, int32 lower bound), then each element as int32 length (-1: NULL) and
-its bytes in the element type's binary format.
-
-Python value: nested lists (one level per dimension); when a lower bound is not 1 the
-value is a :class:`PgArray` carrying the bounds, so nothing is lost.
+Nested lists, or a :class:`PgArray` carrying lower bounds other than 1. See docs/design/values.md
+for both formats.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Relation columns -> Arrow schema, and TupleData columns -> Arrow arrays, in bulk.
 
-Why column at a time: the pipeline turns batches of change rows into Arrow record
-batches; decoding one column of N rows with one codec lets Arrow's vectorised casts do
-the work (integers, floats, strings) and avoids building per-row Python objects.
-
-Unchanged TOAST values (kind ``'u'``) are not NULL. :func:`to_arrow_array` returns them
-as nulls in the array *and* as a separate boolean mask; :func:`unchanged_columns_array`
-turns the masks of a batch into the change row's ``list<string>`` column naming, per
-row, the columns whose value was not sent. A consumer (MERGE) then keeps the target's
-current value for those columns instead of writing NULL.
+A column at a time, so Arrow's vectorised casts do the work; unchanged TOAST values come back as
+a separate mask, never as NULL. See docs/design/values.md.
 """
 
 from __future__ import annotations

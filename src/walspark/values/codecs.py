@@ -1,23 +1,7 @@
 """Codecs: one object per resolved column type, decoding both formats to Python and Arrow.
 
-Why objects: a column's Arrow type depends on more than its OID (numeric's typmod, the
-column's policies, an array's element type, a composite's fields), and decoding an array
-or range must delegate to the element's codec. A codec is built once per column (see
-:class:`~walspark.values.registry.TypeRegistry`) and then used for every value.
-
-Two parallel paths per codec:
-
-* ``decode_text`` / ``decode_binary``: bytes -> the Python value (exact; see each type).
-* ``text_storage`` / ``binary_storage``: bytes -> the scalar that ``pyarrow.array``
-  accepts for ``arrow_type`` (days, microseconds, dicts, nested lists, ...), applying the
-  column's policies. ``arrow_from_text`` / ``arrow_from_binary`` turn a whole column of
-  values into an Arrow array, vectorised where exact.
-
-Where the code is: the base :class:`Codec` and :data:`UNCHANGED_TOAST` in
-:mod:`._codec_base`, raw columns and the vectorised whole-column conversions in
-:mod:`._columns`, the array, range, multirange and composite codecs in
-:mod:`._container_codecs`; here, the scalar codecs and the unknown-type fallback, and
-all of these names, as the one place to import codecs from.
+Here are the scalar codecs and the unknown-type fallback, and every codec's name, as the one
+place to import codecs from. See docs/design/values.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Composite (row) types: record_out text and record_send binary.
 
-A composite column decodes to a ``dict`` (Arrow/Spark ``struct``) only when its fields
-are known — registered with :meth:`TypeRegistry.register_composite` from a catalog
-lookup or from pgoutput's Type message plus the caller's knowledge. An unregistered
-composite OID is an unknown type (text kept as string, binary as bytes).
-
-Text: ``(f1,f2,...)``; an empty unquoted field is NULL, ``""`` is the empty string,
-quoted fields double ``"`` and ``\\``. Binary: int32 field count, then per field the
-field's type OID (uint32) and int32 length (-1: NULL) + its binary value.
+A ``dict`` only when the fields are registered, else an unknown type. See docs/design/values.md
+for both formats.
 """
 
 from __future__ import annotations

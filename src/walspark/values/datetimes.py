@@ -1,21 +1,7 @@
 """date, time, timetz, timestamp, timestamptz: text (DateStyle ISO) and binary formats.
 
-PostgreSQL stores dates as int32 days and timestamps as int64 microseconds, both counted
-from 2000-01-01, with the extreme values standing for -infinity/+infinity. Its range
-(4713 BC to 5874897 AD for dates, to 294276 AD for timestamps) is far wider than Python's
-``datetime`` (years 1 to 9999). Policy (docs/types.md):
-
-* Python values are ``datetime.date``/``datetime.datetime``/``datetime.time`` when Python
-  can hold them, else a :class:`PgDate`/:class:`PgTimestamp`/:class:`PgTime` carrying
-  PostgreSQL's own number exactly (its ``str()`` is PostgreSQL's text). Never None, never
-  clamped, never an exception.
-* Arrow/Spark values are days (date32) and microseconds since 1970 (timestamp[us]), which
-  hold every finite PostgreSQL date and every timestamp up to year 294247. ±infinity
-  follows the column's ``infinity`` policy: ``"sentinel"`` (default: the Arrow type's
-  min/max integer, exactly PostgreSQL's own trick, so no finite value collides),
-  ``"null"`` or ``"error"``. A finite timestamp past year 294247 raises.
-* timestamptz values are UTC instants (aware datetimes in UTC); the text parser applies
-  the printed offset, so the walsender's TimeZone setting does not matter.
+PostgreSQL's range is far wider than Python's ``datetime``: values it cannot hold are kept
+exactly, never None, never clamped. See docs/types.md ("Dates and timestamps") for the policy.
 """
 
 from __future__ import annotations

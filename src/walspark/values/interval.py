@@ -1,14 +1,7 @@
 """interval: months, days and microseconds, kept apart.
 
-Why apart: PostgreSQL's interval is three independent fields (a month is not 30 days,
-a day is not 24 hours across a DST change), so folding them into one duration is lossy.
-Python value: :class:`Interval`; Arrow and Spark: ``struct<months: int32, days: int32,
-microseconds: int64>``. PostgreSQL 17's ``infinity``/``-infinity`` intervals are the
-all-max / all-min field values, exactly as PostgreSQL stores them.
-
-Text forms accepted: IntervalStyle ``postgres`` (the default), ``postgres_verbose`` and
-``iso_8601``. ``sql_standard`` output is not accepted (set IntervalStyle on the
-replication connection, or use binary mode).
+A month is not 30 days, nor a day 24 hours across a DST change, so folding them is lossy. See
+docs/types.md ("interval").
 """
 
 from __future__ import annotations

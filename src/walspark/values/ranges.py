@@ -1,16 +1,7 @@
 """Ranges and multiranges.
 
-Python value: :class:`Range` (``lower``/``upper`` None for an unbounded side, the
-inclusivity flags, ``empty``); a multirange is a list of ranges. Arrow/Spark:
-``struct<lower: T, upper: T, lower_inc: bool, upper_inc: bool, empty: bool>`` and a list
-of those. A null ``lower`` in a non-empty range means unbounded (a range bound is never
-a NULL value); note that ``infinity`` as a date/timestamp bound is a value, distinct from
-unbounded, and is kept as such.
-
-Text (range_out): ``empty`` or ``[``/``(`` lower ``,`` upper ``]``/``)``, bounds quoted
-like record fields. Binary (range_send): a flags byte then each present bound as int32
-length + the subtype's binary value. Multirange: ``{r1,r2}`` / int32 count then each
-range as int32 length + range_send bytes.
+:class:`Range`; a null bound of a non-empty range means unbounded. See docs/design/values.md for
+both formats.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The type registry: type OID (+ typmod + column policy) -> :class:`Codec`.
 
-Built-in types are fixed (their OIDs never change). User types differ per database and
-are registered at run time: enums and domains (from pgoutput's Type message plus a
-catalog lookup, or by hand), composites with their field types, ranges of user subtypes,
-arrays of any of these. Anything else resolves to the unknown-type fallback, with one
-warning per type and registry — never a crash, never a dropped column.
+Built-in types are fixed; user types are registered at run time. Anything else resolves to the
+unknown-type fallback, with one warning per type and registry — never a crash, never a dropped
+column.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The stager learns from the driver that a batch reached Spark's commit log, so its slot is confirmed then.
 
-Spark calls a source's ``commit(end)`` for batch N only when it plans batch N+1: after the last
-batch of a burst the slot would stay behind it until new changes arrive (WAL pinned, and a fast
-shutdown of the server waiting for walspark's confirmation). A query's progress event is posted
-after its commit log is written; :class:`CommitNotes` listens for the events of one query and
-writes each batch's end where the stager picks it up (:func:`.staging.note_committed_end`).
+Spark calls a source's ``commit(end)`` only when it plans the next batch; :class:`CommitNotes`
+notes each batch's end from the query's progress events instead. See docs/design/staging.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Decoding inside Spark tasks: raw pgoutput messages → the source's Arrow output batches.
 
-Every read path ends here — a capture partition, a peeked slot, a staged segment: a task seeds a
-relation cache with the Relation/Type messages in force where its part of the stream starts
-(the *prelude*), feeds whole committed transactions to :class:`ChangeRowBuilder`, and yields
-output batches shaped by :class:`~.output.OutputShaper`. Only Arrow batches cross into Spark.
-
-In per-table mode changes of other tables are skipped *before* decoding (by the relation id
-in the message header), so a table read from a wide publication costs little per foreign row.
+Every read path ends here; only Arrow batches cross into Spark. See docs/design/staging.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """Spark offsets of the ``pgoutput`` stream: LSNs, and how far one micro-batch may go.
 
-An offset is ``{"lsn": "X/Y"}``: the end LSN of the last transaction included (what a subscriber
-confirms). Text, not a number: Spark stores offsets as JSON, JSON numbers lose precision past
-2**53 in many readers, and ``X/Y`` is what every PostgreSQL tool prints. The micro-batch for
-``(start, end]`` holds exactly the transactions whose end LSN lies in that range.
-
-:func:`plan_end` is the admission control: pure, so the rule "at least one transaction, then as
-many whole transactions as the limit allows" is tested without Spark.
+An offset is ``{"lsn": "X/Y"}``, the end LSN of the last transaction included; :func:`plan_end`
+is the admission control, pure. See docs/design/staging.md.
 """
 
 from __future__ import annotations

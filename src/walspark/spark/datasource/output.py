@@ -1,18 +1,7 @@
 """From change-row batches (one per relation version) to the source's output batches.
 
-:class:`walspark.changes.rows.ChangeRowBuilder` produces, per relation version, the envelope
-plus ``_new``/``_old`` structs typed by *that* Relation message. Spark wants one Arrow schema
-for the whole scan — exactly the one it derives from the output StructType — so this module
-maps each batch onto it: flattening ``_new`` (per-table layout) or placing the structs in their
-table's column pair (all-tables layout), filling declared columns the Relation lacks with
-nulls, widening types where the declared one is wider, and renaming list fields the way Spark's
-Arrow conversion names them. Columns are moved, never converted row by row.
-
-A declared column that a row's Relation lacks is null — unless the catalog gave it a *missing
-value* (``ALTER TABLE ... ADD COLUMN ... DEFAULT <constant>``: PostgreSQL stores the default
-once, in ``pg_attribute.attmissingval``, and every row that existed then holds it without
-being rewritten or streamed). A Relation without the column describes rows from before it was
-added, so they hold that value, exactly as PostgreSQL reads them.
+Each batch is mapped onto the one Arrow schema of the scan, columns moved, never converted row by
+row; a column a Relation lacks takes its missing value or null. See docs/design/staging.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,8 @@
 """The stager's durable store of prepared transactions (two-phase commit).
 
-PostgreSQL decodes a prepared transaction at its PREPARE and, once the slot is confirmed past
-that point, never again: after a restart only the COMMIT PREPARED (or ROLLBACK PREPARED)
-follows (``DecodePrepare`` skips a prepare before the slot's confirmed position). Its subscriber
-survives that because it applies the transaction locally and prepares it there, in the same
-local transaction that advances its replication origin (``apply_handle_prepare`` in
-``worker.c``). walspark cannot prepare a Delta transaction, so the stager does the equivalent
-with files: at the PREPARE it writes the transaction's raw messages here — as one whole object
-(:meth:`walspark.storage.Location.write`: fsynced and renamed on a local disk, one PUT on an
-object store) — before it stages anything that follows, so before the slot can be confirmed
-past it. At the COMMIT PREPARED the stored copy is staged like any committed
-transaction, at the COMMIT PREPARED's end LSN and commit time; a ROLLBACK PREPARED deletes it.
-
-Layout, under ``<stagingPath>/prepared/``:
-
-* ``<xid:010d>-<gid digest>.prepared``: a prepared transaction (its messages), written once;
-* ``<xid:010d>-<gid digest>.<end LSN:016X>.committed``: an empty mark beside it — the transaction
-  was committed at that end LSN and staged (object stores cannot rename, so the outcome is a
-  second object, not a new name; a mark without its ``.prepared`` is the data itself, as
-  stores written before marks were used keep it). Both are kept until Spark commits a batch at
-  or past it (a COMMIT PREPARED the server sends again before
-  the slot moves past it must still find the messages, or the watermark below); the last batch
-  of a run is released by the run itself once the query ended (``release_committed_prepared``
-  in :mod:`.two_phase`), since Spark tells the source of a commit only when it plans the next batch;
-* ``committed-through``: the highest Spark-committed end LSN at which a ``.committed`` entry was
-  deleted — so a COMMIT PREPARED whose entry is gone can be told apart, as a resend of one
-  already in Delta, from one whose prepare was never stored;
-* ``since.json``: whether the store has existed since before the slot decoded prepared
-  transactions (``complete``). Then every PREPARE the server sent is here, and a COMMIT PREPARED
-  of an unknown transaction is one whose PREPARE the server never sent — an *empty* prepared
-  transaction (PostgreSQL 15 sends the COMMIT PREPARED of a prepared transaction with no
-  published change, without its PREPARE). Otherwise (the staging directory was replaced after
-  the slot turned two-phase on) such a COMMIT PREPARED may be one whose changes are lost, and the
-  pipeline stops and says so.
-
-An entry file: the magic line, a length-prefixed JSON header (xid, gid, prepare LSNs, origin),
-then records ``Int64 lsn, Int8 in_stream, Int32 length, Byte[length] message``: first the
-**prelude** — the Type messages and the Relation messages in force at the PREPARE for the
-relations the transaction changes (pgoutput sends a relation's description once per
-connection, possibly long before, or inside this very transaction while the connection that
-will carry the COMMIT PREPARED is another) — then the transaction's own data messages.
-
-Pure file I/O: no Spark, no database; the Stager calls it from its thread and from ``commit``.
+A PREPARE is stored as one whole object before anything after it is staged, so before the slot
+can be confirmed past it. Pure file I/O. See docs/design/staging.md for the layout and why a
+resent or unknown COMMIT PREPARED is told apart.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Batch reads: capture files, split into parallel partitions, and peeks of a live slot.
 
-**Capture files.** A task can decode any stretch of a capture that starts where no transaction
-is open, given the Relation/Type messages in force there. The driver finds such places with
-one cheap pass (:func:`plan_capture`): it looks at the first byte of every message (vectorised)
-and decodes only the transaction boundaries and Relation/Type messages — plain transactions are
-followed by their Begin/Commit kind bytes alone; streamed and two-phase ones go through a
-:class:`TransactionAssembler` fed with nothing but their control and schema messages, so
-subtransaction aborts and rolled-back prepares drop their Relation messages exactly as the full
-decode will. Partitions are cut at such safe points every ``partitionRows`` rows, each carrying
-its prelude; tasks read their row range (whole Parquet row groups / IPC batches around it),
-assemble and decode.
-
-**Peek.** ``pg_logical_slot_peek_binary_changes`` up to the WAL position current at planning —
-so the task reads a fixed range whatever is written meanwhile — decoded in one task: the SQL
-interface decodes on the server from the slot's restart point at every call, so splitting the
-range would make the server decode the prefix again per partition. For large backlogs, capture
-to a file first and read that in parallel.
+See docs/design/staging.md for where a capture is cut and why a peek is one task.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Output schemas of the ``pgoutput`` source, and where the tables' columns come from.
 
-Two layouts (docs/design/pipeline.md §4):
-
-* **per table** (``option("table", "schema.name")``): the envelope columns, the table's columns
-  flattened with their real Spark types (the row *after* the change; null for deletes), then
-  ``_old`` (struct of the same columns) and ``_unchanged``;
-* **all published tables** (default): the envelope, ``_unchanged``, and per table two typed
-  struct columns ``"<schema>.<table>"`` (new row) and ``"<schema>.<table>:old"`` — sparse, null on
-  other tables' rows. Exact types, no JSON.
-
-The schema is fixed when a query starts: streaming takes it from the catalog (the publication's
-tables and their published columns), a capture file from its own Relation messages. A table
-whose stream shape no longer fits the declared one raises :class:`SchemaChangedError`; the
-declared schema is read back from the Spark schema itself (:meth:`OutputLayout.from_schema`),
-so whatever Spark holds — the inferred schema or one the user passed — is what rows must fit.
+The two layouts and the schema barrier are docs/design/pipeline.md §4; the declared schema is read
+back from the Spark schema itself (:meth:`OutputLayout.from_schema`).
 """
 
 from __future__ import annotations

@@ -1,40 +1,7 @@
 """Staging segments: raw pgoutput messages of committed transactions, at rest, in LSN order.
 
-The stager (one thread next to the slot) writes them; Spark tasks decode them, any number at
-once. Pure file I/O and Arrow — no Spark, no database — so the format is tested alone.
-
-A segment is an Arrow IPC file named ``<seq:012d>-<first end LSN:016X>-<last end LSN:016X>.arrow``
-(``seq`` grows by one per segment for the life of the staging directory, so name order is
-stream order even for the pieces of one huge transaction, whose first and last end LSNs are
-equal). Rows, one per data message:
-
-==============  ========  ====================================================================
-``end_lsn``     int64     end LSN of the message's transaction; ``-1`` on prelude rows
-``commit_lsn``  int64     the transaction's commit LSN
-``xid``         int64     its xid
-``commit_ts``   int64     its commit time, µs since 2000-01-01 UTC
-``origin``      string    its replication origin (null if none)
-``lsn``         int64     the message's own LSN
-``seq``         int32     position of the message in its transaction (``_seq``)
-``version``     int32     prelude Relation rows: the relation's shape version; else null
-``in_stream``   bool      whether the bytes carry the streamed-block Xid field
-``data``        binary    one pgoutput message
-==============  ========  ====================================================================
-
-The **prelude** rows come first: the Relation and Type messages in force, at the segment's
-start, for the relations its messages touch — so a task decodes a segment alone.
-
-A segment holds either whole transactions only, or a contiguous piece of exactly one
-transaction. The schema metadata (``walspark.segment``, JSON) records how to decode it
-(protocol version, binary, parallel streaming) and, for each transaction that *ends* in it,
-``[end LSN, change messages, bytes]``: the index admission control works from. A transaction
-is complete once that entry exists; pieces after the last entry (a crash mid-way through a
-huge transaction) are incomplete and removed by :func:`remove_incomplete_tail`.
-
-Files appear atomically, through :mod:`walspark.storage` (local: written to ``.tmp``, fsynced,
-renamed, directory fsynced; object store: one PUT of the built file). Names are unique (``seq``)
-and a segment is written once: a segment that exists is complete and never changes; it is
-deleted once Spark committed past it.
+Written once by the stager, atomically, and decoded by Spark tasks alone. Pure file I/O and
+Arrow. See docs/design/staging.md for the format.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """Table shapes seen in the stream that a query's schema could not hold, kept for the next start.
 
-A streaming query's output schema is fixed when it starts, from the catalog (§4 of
-docs/design/pipeline.md). The catalog only knows the tables' shapes *now*, while the slot's
-backlog may still hold changes made under older shapes (a column dropped, retyped or renamed
-since). When staging meets a change whose Relation does not fit the declared schema, the stager
-writes every non-fitting shape of that transaction here before the query fails
-(:func:`record_barrier`); the next start declares the union of the catalog and these shapes
-(:func:`merge_recorded`), so each restart gets past the transaction that stopped the previous
-one. A restart that stops at the same transaction again cannot make progress: ``walspark run``
-then stops with one line (:func:`read_barrier` tells it where and why).
-
-Pure file handling and Spark types: no I/O beyond the staging directory.
+The next start declares them with the catalog's, so each restart gets past the transaction that
+stopped the previous one. See docs/design/staging.md.
 """
 
 from __future__ import annotations

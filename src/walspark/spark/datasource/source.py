@@ -1,14 +1,7 @@
 """The ``pgoutput`` Python data source: one name for batch reads (capture files, peeks) and streams.
 
-Registered with :func:`register` (the session factory does it), then::
-
-    spark.read.format("pgoutput").load("changes.parquet")                 # a capture file
-    spark.read.format("pgoutput").options(dsn=..., slot=..., publication=..., peek="true").load()
-    spark.readStream.format("pgoutput").options(dsn=..., slot=..., publication=...,
-                                                stagingPath=...).load()
-
-The schema is decided here, once, on the driver: from the capture's Relation messages, or from
-the catalog for a live slot (see :mod:`.schema`). Options: :mod:`.options` and docs/data-source.md.
+Registered with :func:`register` (the session factory does it); the schema is decided here, once,
+on the driver. Options: :mod:`.options` and docs/data-source.md.
 """
 
 from __future__ import annotations

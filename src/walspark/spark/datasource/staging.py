@@ -1,36 +1,7 @@
 """The stager: one thread holds the slot and writes what it sends into immutable segments.
 
-It lives in the streaming query's long-lived reader process on the driver and does as little as
-possible per message — read the frame, feed the transaction assembler (which decodes control
-messages only), append raw bytes to the open segment — so that everything else (value decoding,
-Arrow building, shaping) runs in Spark tasks over the segments (docs/design/pipeline.md §3).
-
-Guarantees, and how they hold:
-
-* **Only complete, durable data is offered.** A transaction becomes visible to admission control
-  (:meth:`Stager.entries_after`) once the segment holding its last message is fsynced and renamed.
-* **Replays are deterministic.** Segments never change; a batch ``(start, end]`` reads the
-  transactions whose end LSN is in the range from the segments overlapping it. After a restart the
-  index is rebuilt from the segment files (incomplete tail pieces removed first); if the segments a
-  logged batch needs are gone, the stager re-stages them from the slot, which cannot be past
-  ``start`` (it is confirmed only up to committed offsets) — the same transactions come back.
-* **Each transaction is staged once.** Transactions ending at or before the last staged end LSN
-  (resent after a reconnect or a restart) are dropped; their Relation/Type messages still update
-  the schema state, as the server sends those only once per connection.
-* **The slot never runs ahead of Spark.** The stream runs with ``idle_confirm`` off and is
-  confirmed only from :meth:`Stager.commit`, which Spark calls after the batch's commit log entry
-  is durable. (Deferred while the stream has not yet re-received that far after a restart.)
-* **A prepared transaction survives a restart.** Two-phase decoding sends it at its PREPARE and,
-  once the slot is past that, never again; it is written durably to the prepared store
-  (:mod:`.prepared`) before anything after it is staged, and staged at its COMMIT PREPARED.
-* **Shape drift stops staging just before it.** A change (insert, update, delete, truncate) of a
-  relation whose Relation message in force does not fit the query's schema ends staging before
-  its transaction; once everything before it has been served, planning raises
-  :class:`~.schema.SchemaChangedError`. A Relation message alone never does: pgoutput also
-  describes a leaf partition whose changes it publishes as its root's. Every non-fitting shape
-  of that transaction is recorded in the staging directory first (:mod:`.shapes`), so the next
-  query declares them and gets past it. (A prepared transaction is checked when its COMMIT
-  PREPARED stages it; a barrier there keeps it in the prepared store for the next query.)
+It does as little as possible per message, so that decoding runs in Spark tasks. See
+docs/design/staging.md for its guarantees and how they hold.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Streaming reads of a live slot: LSN offsets, staged segments, confirmation on commit.
 
-Spark runs one :class:`PgoutputStreamReader` per query in a long-lived Python process on the
-driver (pyspark.sql.streaming.python_streaming_source_runner) and calls, in a loop,
-``latestOffset`` → ``partitions`` → (tasks run ``read``) → ``commit``. The same class is also
-instantiated in every executor task only to call ``read``, so the constructor does nothing but
-keep the options: the :class:`~.staging.Stager` starts at the first driver-side call.
-
-Per call:
-
-* ``initialOffset`` — the slot's ``confirmed_flush_lsn`` when a query starts with a fresh
-  checkpoint; later starts take the offset from the checkpoint.
-* ``latestOffset(start, limit)`` — the end LSN of the last staged transaction that fits the read
-  limit (``maxRowsPerBatch`` → ReadMaxRows, ``maxBytesPerBatch`` → ReadMaxBytes; both given:
-  rows go through Spark, bytes are applied from the option too), never beyond the
-  Trigger.AvailableNow target. Raises :class:`~.schema.SchemaChangedError` when staging stopped at
-  a new shape and everything before it has been served.
-* ``partitions(start, end)`` — one partition per segment overlapping ``(start, end]``; a replay
-  after a crash gets the same partitions (segments are immutable, the range is in the offset log).
-* ``read`` (tasks) — decode the segment's transactions in range into Arrow batches.
-* ``commit(end)`` — confirm the slot up to ``end`` and delete segments wholly at or below it.
+See docs/design/staging.md for what each of Spark's calls does.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
 """Two-phase commit in the stager: a prepared transaction is kept from its PREPARE to its outcome.
 
-Like PostgreSQL's subscriber with ``two_phase = true``: a prepared transaction is applied when
-its COMMIT PREPARED arrives (in commit order, at the commit's LSN and time), dropped at ROLLBACK
-PREPARED, and survives a crash in between — the server sends its changes once, at the PREPARE,
-and not again once the slot is confirmed past it. :class:`TwoPhaseStaging` is the part of
-:class:`~.staging.Stager` that does this, with the durable :class:`~.prepared.PreparedStore`.
-
-Why each step is safe (see docs/design/pipeline.md, "Two-phase commit"):
-
-* the PREPARE is stored (fsync, rename) in the stager's thread before the next message is read,
-  so before anything later is staged — and the slot is confirmed only up to staged, Spark-committed
-  transactions;
-* the COMMIT PREPARED's end LSN is the transaction's offset: the usual rule (a transaction ending
-  at or before the last staged end is a resend) applies to it unchanged;
-* a stored entry is deleted only once Spark committed a batch at or past its COMMIT PREPARED, and
-  the store's watermark says so durably first: a COMMIT PREPARED sent again later finds either
-  its entry or a watermark at or past it.
+:class:`TwoPhaseStaging` is the part of :class:`~.staging.Stager` that does this, with the
+durable :class:`~.prepared.PreparedStore`. See docs/design/staging.md for why each step is safe.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The Python workers of the stream's first batch, started while the run does other things.
 
-Spark starts a Python worker the first time it needs one of a kind: one that plans the data
-source's read (``plan_data_source_read``) and one per executor core that runs its tasks
-(``pyspark.worker``). Each is a daemon process that forks a worker, which then imports pyspark's
-worker modules, pyarrow and walspark's decoder: 1-2.5 s each on a busy 2-core machine, paid one
-after the other inside the first micro-batch (docs/design/fixed-costs.md). Spark keeps a worker
-that finished for the next task of the same kind (``spark.python.worker.reuse``, its default), so
-a tiny read of the ``walspark_warmup`` source below, run in the background while the snapshot or
-the query's start goes on, leaves both workers started, with walspark imported, for that batch.
-
-It reads nothing and writes nothing: a failure is logged and otherwise ignored.
+It reads nothing and writes nothing: a failure is logged and otherwise ignored. See
+docs/design/staging.md.
 """
 
 from __future__ import annotations

@@ -1,41 +1,7 @@
 """Apply change rows to Delta Lake tables: mirrors (SCD1) and history (SCD2), exactly once.
 
-Input: a change DataFrame in the data source's **per-table layout** (pipeline.md §4): the
-envelope columns (``_commit_lsn, _lsn, _seq, _xid, _commit_time, _origin, _op, _schema, _table,
-_relation_version, _key``), then the table's own columns flattened with their Spark types, then
-``_old`` (struct) and ``_unchanged`` (names of unchanged-TOAST columns). Every column that is not
-an envelope column, ``_old`` or ``_unchanged`` is a row column. This module does not import the
-data source: it works on any DataFrame of that shape (:func:`change_rows_table_layout` turns
-:class:`~walspark.changes.rows.ChangeRowBuilder` batches into it).
-
-Per table, per micro-batch (SCD1):
-
-1. order the changes by ``(_commit_lsn, _seq)``; an update that changed the key becomes a delete
-   of the old key followed by the update;
-2. split at the last TRUNCATE: changes before it are dropped, the MERGE deletes every target
-   row no later change touches (``whenNotMatchedBySource`` delete) — so the truncate and the
-   changes after it land in one commit;
-3. fold to the last change per key; an unchanged-TOAST column takes the value of the latest
-   earlier change of that key in the batch that carried it, else it is left to the MERGE, which
-   keeps the target's value (``CASE WHEN array_contains(s.unchanged, i) THEN t.c ELSE s.c END``)
-   — never NULL, never a placeholder;
-4. one MERGE: delete, update, insert, with Delta's ``txnAppId``/``txnVersion`` set so a
-   replayed batch is a no-op (verified: Delta 4.4 records and honours them for MERGE).
-
-Keys are the replica identity (``_key``; REPLICA IDENTITY FULL flags every column, so rows match
-on all columns, null-safe ``<=>``). A table with no key (REPLICA IDENTITY NOTHING — PostgreSQL
-then refuses UPDATE/DELETE on a table that publishes them) is applied append-only, with a
-warning once per table and process; updates and deletes that still arrive are dropped. A batch whose changes
-were made under several replica identities (the identity changed within it) is applied in
-identity runs, each matched on its own identity, one commit each (:mod:`.identity`).
-
-Schema evolution (:mod:`.evolution`): columns follow PostgreSQL's DDL by identity (attnum) —
-renames, drops and re-adds, new columns with their missing value; columns missing from the
-batch stay in the Delta table (NULL in rows inserted or updated from then on); integral/float/
-decimal types widen with Delta type widening; anything else raises :class:`SchemaEvolutionError`
-for that table only. Delta tables are created with column mapping (``name`` mode), so any
-PostgreSQL identifier keeps its name; SQL text here always backquotes identifiers, and refers to
-values by position, never by splicing names into string literals.
+Works on any change DataFrame in the data source's per-table layout, one MERGE per table and
+batch, idempotent through Delta's transaction ids. See docs/design/applying.md for the steps.
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """SCD2: keep every committed version of each row, with validity intervals.
 
-A history table has the source's columns plus ``__START_AT`` and ``__END_AT``, each a
-``struct<lsn: bigint, commit_time: timestamp>`` — the commit LSN (the order that is exact) and
-commit time (the one humans query) of the transaction that made the version current / replaced
-it. ``__END_AT`` is null on the current version. The interval is half-open:
-``[__START_AT, __END_AT)``.
-
-- Versions are per *transaction*: several changes of one key inside one transaction give one
-  version (its state at commit) — intermediate states were never visible to anyone.
-- An update closes the current version and opens a new one; a delete closes it (no row for the
-  delete itself); an insert after a delete opens a new version; an update that changes the key
-  closes the old key's version and opens one under the new key.
-- TRUNCATE closes every version current at that point (at the truncate's commit).
-- Unchanged TOAST values come from the previous version of the key in the batch, else from the
-  target's current version; after a key change, from the old key's (batch, else target).
-
-The whole batch is one MERGE: "close" rows (one per key whose current version this batch
-replaces: matched on key and ``__END_AT IS NULL``) and "insert" rows (every new version, with
-its end already known when a later change in the batch replaced it), plus, when the batch holds
-a TRUNCATE, ``whenNotMatchedBySource`` closing the remaining current versions. One commit, so
-the batch's ``txnAppId``/``txnVersion`` makes it idempotent like SCD1.
+One version per key per transaction, ``[__START_AT, __END_AT)``; the whole batch is one MERGE,
+idempotent like SCD1. See docs/design/applying.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
 """The change log of a table: every change as a row, appended once per micro-batch.
 
-Why: a Delta MERGE costs seconds whatever its size, an append a fraction of one. In change-log
-mode (``ApplyChanges.change_log()``, ``walspark run --change-log``) the hot path appends each
-table's changes of a micro-batch to ``<target>/_changes/<schema>/<table>`` and the slot is
-confirmed once those appends are durable; the mirror or history is folded from the change log
-in the background (:mod:`.fold_worker`), and fresh reads fold the rows not folded yet on top of the
-mirror (:mod:`.fresh`). The change log is also the table's CDC feed, the "bronze" table data
-engineers otherwise build themselves.
-
-Its rows are the per-table change layout the apply reads (see :mod:`.apply`): the envelope
-(``_commit_lsn, _lsn, _seq, _xid, _commit_time, _origin, _op, _schema, _table,
-_relation_version, _key``), the table's columns with their catalog facts (attnums) in the column
-metadata, ``_old`` and ``_unchanged`` (the unchanged-TOAST marks the fold needs), plus
-``_batch_id``, the micro-batch that appended them. A fold reads a range of batch ids, which is
-exactly what it consumed: rows of a batch never change once committed, and a replayed append is
-skipped (see :func:`append_batch`).
-
-Shape changes: one change log holds one shape of the table. A batch of another shape (a column
-added, dropped, renamed or retyped in PostgreSQL) first has everything appended so far folded,
-then replaces the log's content and schema (an overwrite; a replay finds the batch in the log): the rows it drops are folded already, and each fold reads rows of one shape, so
-the apply's schema evolution sees them exactly as it would have seen the micro-batches.
-
-The fold's position per table is a small JSON file, ``<home>/folds/<schema>/<table>.json``:
-``{"after": a, "upto": b, "done": false}`` is written before the fold of batches ``(a, b]`` and
-marked done after its progress row; a fold found not done at start is done again, the same range
-(:mod:`.fold_worker` says why that is exact).
+In change-log mode the hot path appends instead of merging, and the mirror is folded from the log
+in the background (:mod:`.fold_worker`). See docs/design/applying.md for its rows, shapes and
+the fold's position.
 """
 
 from __future__ import annotations

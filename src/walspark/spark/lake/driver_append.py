@@ -1,24 +1,7 @@
 """Appends to a change log from the driver with delta-rs: a micro-batch's rows without a Spark job.
 
-Why: in change-log mode the hot path has one job, making a batch's rows durable, and a Spark
-append is the dearest way to do it on a small batch: a job, a task, a Parquet writer in the JVM
-and a Delta commit, about 0.5 s for 1,000 rows on the 2-core host, per table. The batch's rows are
-on the driver anyway once the sink has read them as Arrow (:meth:`pyspark.sql.DataFrame.toArrow`,
-one job for every table of the batch); delta-rs writes the Parquet file and commits from there in
-about 10 ms. Spark reads what delta-rs wrote like any Delta table (the folds, fresh reads, users).
-
-Only plain appends go this way: a change log's first batch and a batch of a new shape are written
-by Spark (:meth:`.changelog.ChangeLog.append`), which creates the table with walspark's table
-properties (column mapping by name) and the columns' catalog facts in their metadata; delta-rs
-appends to it keeping both (it writes the physical column names of column mapping). A table
-delta-rs cannot write (a table feature it does not support) is left to Spark, said once.
-
-The progress table's rows go the same way, the table's first append creating it
-(:meth:`.progress.ProgressTable.record_many`), compacted every so often since Delta's auto
-compaction follows Spark's appends only.
-
-Where: local paths. An object store needs a commit protocol delta-rs and Spark agree on (S3
-needs conditional puts or a lock service), so object stores keep Spark's appends for now.
+Only plain appends to local tables go this way; anything else is Spark's. See
+docs/design/applying.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """Reads of a local Delta table's log from the driver with delta-rs: no JVM call, no Spark job.
 
-Why: at the start of every run and batch, walspark asks a few questions of its tables — which
-columns and types a table has, which PostgreSQL attnums they carry (a table property), which
-batch each table reached (the progress table's rows). Through Spark each question reconstructs
-the table's snapshot and, in a fresh JVM, plans and compiles a query: seconds at the first batch
-of a run and a few hundred milliseconds per table after it (docs/design/fixed-costs.md). delta-rs
-reads the same log in milliseconds.
-
-Only local paths are read this way (object stores keep Spark's reads: credentials and commit
-protocols are Spark's settings). Every function returns None when it cannot answer (no
-delta-rs, a remote path, a table delta-rs cannot read); the caller then asks Spark, so an answer
-from here is always the one Spark would give, never a guess.
+Every function returns None when it cannot answer, and the caller then asks Spark, so an answer
+from here is the one Spark would give. See docs/design/applying.md.
 """
 
 from __future__ import annotations

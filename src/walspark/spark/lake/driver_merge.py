@@ -1,34 +1,7 @@
 """A small SCD1 batch of one table applied from the driver with delta-rs: no Spark job.
 
-Why: a MERGE through Spark costs a batch about eight jobs per table (Delta's snapshot, the
-join, the rewrite, the commit): ~3 s per table on the 2-core host once warm, ~9 s in a fresh JVM,
-whatever the number of changes. A batch of a few hundred changes is on the driver in one job for
-every table of the batch (:func:`collect_small`), and delta-rs merges it into the table and
-commits in tens of milliseconds. Spark reads what delta-rs wrote like any Delta table.
-
-What goes this way (:func:`plain`): the SCD1 batches whose MERGE is the plain one — a replica
-identity key, no key change leaving a TOAST value unchanged, no change still named as before a rename;
-after a TRUNCATE, the changes that follow it, with the target's other rows deleted in the same
-MERGE, as Spark's; a table's columns dropped in PostgreSQL set to NULL in the rows the batch
-writes, as Spark's; the batches of a table matched on whole rows (REPLICA IDENTITY FULL), as
-net counts per row value (:func:`multiset_counts`, the target's count of a value that lost rows
-read from its Parquet files); and the batches of only inserts, whatever the table's identity (a
-key, FULL or none: an append, as :func:`.writes.append_inserts` and the append-only path make
-it). A batch
-made under several replica identities is taken run by run (:mod:`.identity`). All of it only
-into a local table whose protocol delta-rs writes exactly
-(:func:`writable`: column mapping yes, deletion vectors or change data feed no). Unchanged TOAST
-values are resolved as Spark's fold resolves them (the key's latest earlier value in the batch,
-else the target's, kept by the MERGE), after checking that the target holds every row whose value
-is to be kept (:func:`_targets_hold`); a row it lacks hands the batch to Spark, which stops that
-table with :class:`.unchanged.UnchangedValueUnknown`. Everything else, and any table
-delta-rs refuses, goes through Spark's MERGE as before: the two paths produce the same table
-(tests/spark/test_apply.py::test_small_batches_merged_from_the_driver_equal_spark_merges
-holds them equal).
-
-Exactly once: the commit carries the same transaction (app id and batch id) as Spark's MERGE
-would, so a replayed batch is skipped whichever path wrote it first, and a failure that leaves
-no such transaction hands the batch to Spark.
+The commit carries the transaction id Spark's MERGE would, and anything it does not take goes
+through Spark's MERGE. See docs/design/applying.md for what goes this way and why.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
 """Delta target tables that follow the source's DDL: creation, widening, renames, drops, defaults.
 
-The sink sees a table's DDL only as the columns of its batches (pipeline.md §4): the query's
-declared schema, taken from the catalog at start (each column with its ``pg_attribute.attnum``,
-its missing value and whether it has a default, in the field metadata — see
-:class:`~.schema.ColumnFacts`), widened with the older shapes still in the stream (columns
-without an attnum). Every Delta table records the attnum of its columns in the table property
-``walspark.attnums``, so a column keeps its identity across DDL the way PostgreSQL's does:
-
-* same attnum, other name → ``RENAME COLUMN`` (metadata-only with column mapping); a batch that
-  still carries the old name (changes from before the rename) is folded into the new one;
-* a name whose Delta column has another attnum → the column was dropped and added again:
-  the old Delta column is dropped (metadata-only) and the new one added;
-* a new column on a table that holds rows → existing rows take the column's missing value
-  (``ADD COLUMN ... DEFAULT <constant>`` stores it once, ``attmissingval``) or NULL; a column
-  added with any other default (volatile, or together with a table rewrite) was filled by a
-  rewrite PostgreSQL does not stream: :class:`SchemaEvolutionError` with what to do;
-* same attnum, another type → widened where that is exact (int → bigint, wider decimal...),
-  else :class:`SchemaEvolutionError` (ALTER COLUMN TYPE rewrites without streaming);
-* columns the batch lacks stay in the Delta table (dropped in PostgreSQL: NULL from then on).
-
-A table without the property (made before walspark recorded it) matches columns by name.
-
-DDL alone is not streamed: a table altered and then left alone would keep its old columns until
-its next change. So each query also follows the catalog before it starts (:func:`follow_catalog`)
-— the same identity rules, for the columns the catalog has now. That is safe before the backlog
-is applied because changes made before an ``ADD COLUMN`` reach the sink with the column's missing
-value (:mod:`.output`), and changes named as before a rename are folded into the new name.
+Columns keep PostgreSQL's identity, their attnum (the table property ``walspark.attnums``). See
+docs/design/applying.md for the rules.
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Folds change logs into mirrors (SCD1) and histories (SCD2), in the background.
 
-The hot path appends every micro-batch to the tables' change logs (:mod:`.changelog`); a
-:class:`Folder` thread folds each table's unfolded batches into its Delta table with the same
-apply as the direct path (:func:`.apply.apply_table`: DDL, identity runs, unchanged TOAST,
-truncates, SCD2), as often as the previous fold's duration allows — under load many micro-batches
-go into one MERGE, which is where the time goes.
-
-Exactly once, crash-safe at any point. A fold of table T:
-
-1. reads its plan ``<home>/folds/<schema>/<table>.json``; a plan not done is done again, the
-   same range; otherwise the next range is ``(upto, last appended batch]``;
-2. writes the plan ``{"after": a, "upto": b, "done": false}`` *before* touching the mirror;
-3. applies the rows of batches ``(a, b]`` as one batch with id ``b`` under the app id
-   ``<app_id>/fold``: each write carries Delta's ``txnAppId``/``txnVersion`` (= ``b``), so a fold
-   done again after a crash skips the commits already in the mirror and makes the others;
-4. records its progress row, then marks the plan done.
-
-A crash before 2 leaves nothing; between 2 and 4 the same range is folded again (a no-op for what
-committed); after 4 the next fold starts at ``b``. The range is fixed by the plan, not recomputed,
-because a larger range under a new transaction version would apply ``(a, b]`` a second time
-(inserts appended twice, history versions doubled). The change log rows of a batch never change
-once committed, so the same range reads the same rows.
-
-The slot is confirmed once the change logs are durable (the sink's commit), so everything the
-mirror lacks is in a change log: a restart folds it.
+Exactly once, crash-safe at any point: a fold's range is written before it touches the mirror.
+See docs/design/applying.md for the steps and why they are exact.
 """
 
 from __future__ import annotations

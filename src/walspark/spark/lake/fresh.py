@@ -1,26 +1,6 @@
 """Fresh reads (merge-on-read): a table's current state, including changes not yet folded.
 
-In change-log mode (:mod:`.changelog`) each micro-batch's changes of a table are appended to its
-change log and folded into the mirror ``<target>/<schema>/<table>`` in the background, so the
-mirror lags. A fresh read folds the pending change rows into the mirror's rows *on read*, with
-the apply's own building blocks (:mod:`.fold`, :func:`~.writes.multiset_deltas`), so it gives
-exactly what the mirror will hold once they are folded — without writing anything.
-
-Why the fold position is read first, then the mirror: the pending rows are the batches after
-the position read, so they cover everything the mirror may lack even if a fold commits in
-between — the mirror then already holds the first of them. For a mirror (one row per key),
-re-applying in order changes that the mirror already holds, the last ones it took, is harmless:
-the last change per key wins, a key deleted again stays deleted, a truncate empties the table
-again before the changes after it, and an unchanged-TOAST value the pending rows do not resolve
-predates all of them, so the mirror holds it whatever point it is at. Not so for a table applied
-as a multiset (REPLICA IDENTITY FULL, or no columns) or append-only (no key): while a fold is
-under way (from its first commit until its plan is marked done) the rows it folded count twice.
-
-Not handled: columns are matched by name (a rename or a drop-and-re-add in PostgreSQL that the
-fold has not applied yet shows as another column); mirror rows show NULL, not the column's
-missing value, for a column added by the pending rows (``ADD COLUMN ... DEFAULT``); an
-unchanged-TOAST value known nowhere is NULL here (the fold stops on it:
-:class:`~.unchanged.UnchangedValueUnknown`); SCD2 history tables (read them as they are).
+See docs/design/applying.md for why the fold position is read first, and what is not handled.
 """
 
 from __future__ import annotations

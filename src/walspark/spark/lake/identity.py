@@ -1,44 +1,7 @@
 """Which columns match a change to its target row: the replica identity in force when it was made.
 
-A change can only be matched on what it carries: a delete (and an update that changed the key)
-sends the old row's *replica identity* columns — the key flags of the Relation message in force
-when the change was made, which every change row carries as ``_key``. When the identity of a
-table changes (``REPLICA IDENTITY USING INDEX`` another index, FULL ↔ DEFAULT, a primary key
-added, dropped or moved, NOTHING), changes made before and after the change carry different
-columns, and a batch holding both (a backlog applied in one run) cannot be folded on one key:
-a delete made under the old identity has no value for the new key columns.
-
-So a table's batch is split at each change of ``_key`` into *identity runs*, consecutive in the
-change order ``(_commit_lsn, _seq)``, and each run is applied on its own identity, in order:
-
-- a key identity (primary key, unique index) is folded and merged on its key columns;
-- FULL (every published column is flagged) is applied as a multiset of whole rows;
-- no identity (NOTHING, or DEFAULT without a primary key; PostgreSQL then refuses updates and
-  deletes) is appended.
-
-This is exact because the target mirrors the source as of the start of each run (the runs
-before it are applied first), and *any* replica identity of the source identifies rows of the
-source at that point: there is no fixed "target key" — a FULL run matches whole rows, the
-next key run matches on its key (unique by then: PostgreSQL enforces it), whatever the target's
-history. Clean runs follow from PostgreSQL's locking: ``ALTER TABLE … REPLICA IDENTITY``,
-``ADD``/``DROP CONSTRAINT`` take an ACCESS EXCLUSIVE lock, so no transaction that wrote under the
-old identity commits after the change.
-
-User keys (``ApplyChanges.keys``) are used where the run's changes carry them: a run whose
-identity covers them (FULL covers every column) or has none (only inserts arrive). A run under
-an identity that does not cover them is matched on its identity instead, with a warning: its
-deletes carry only the identity's columns, so the user's would match nothing.
-
-SCD2 histories follow the same runs: a run closes the current versions the next run replaces,
-matched on the next run's identity. (A transaction that changed a row both before and after an
-identity change — ``ALTER TABLE … REPLICA IDENTITY`` inside it — gets two versions at the same
-commit, the first one empty: ``[lsn, lsn)``.)
-
-A batch already on the driver (a small one) is split there (:func:`arrow_identity_runs`), and
-each plain run is applied from the driver (:mod:`.driver_merge`), the others through Spark.
-Each run is one Delta commit with its own transaction id (``<app>/<schema>.<table>#identity<i>``
-for runs after the first), so a batch replayed after a crash between runs skips the runs that
-committed and applies the rest.
+A table's batch is split into identity runs, each applied on its own identity, one commit each.
+See docs/design/applying.md for why that is exact.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """Table maintenance: what keeps a long-running pipeline's tables and bookkeeping from growing.
 
-Three things grow while a pipeline runs, and each has its own cure:
-
-- **Small files.** A batch's MERGE writes new files; a copy-on-write table is rewritten into few
-  of them, but a table with deletion vectors keeps its files and gains some at every batch
-  (measured: 660 files after 80 batches). :func:`maintain` runs ``OPTIMIZE`` on files under
-  64 MB (Delta's auto-compaction threshold, so large files are not rewritten again and again).
-  Delta's auto compaction (``delta.autoOptimize.autoCompact``) does the same after each commit
-  once a table has 50 small files; walspark does not set it on the tables it copies, because
-  on the copy's own commit Delta compacts at once, rewriting the fresh snapshot.
-- **Files no version needs any more.** A MERGE that rewrites a file, and every compaction, leave
-  the old files on disk for readers of older versions (time travel, a query still on an older
-  snapshot). ``VACUUM`` deletes those removed longer ago than the retention: the table's
-  ``delta.deletedFileRetentionDuration``, Delta's 7 days unless set, or ``retain_hours``.
-- **Bookkeeping rows.** The progress table gets a row per table per batch;
-  :meth:`~walspark.spark.lake.progress.ProgressTable.compact` keeps the last one per table.
-- **Change logs** (change-log mode) keep every change, the table's CDC feed, unless told how
-  long to keep them: :func:`expire_changes` deletes rows folded and older than that.
-
-:func:`maintain` does all three for every Delta table of a target and under walspark's home
-(progress, pending logs of tables being copied), table by table, each in its own Delta commits:
-safe while the pipeline runs (Delta's own conflict checks), and a failure on one table is
-reported and does not stop the others. ``walspark maintain`` is its command; a running pipeline
-calls it on a schedule (:class:`MaintenanceSchedule`, ``walspark run --maintenance-hours``).
+Compaction, VACUUM, the progress rows and change logs' expiry, table by table, safe while the
+pipeline runs. See docs/design/applying.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
 """walspark's own bookkeeping table: which batch of which query was applied to which table.
 
-It lives at ``<target>/_walspark/progress`` as a small Delta table, one row per table per applied
-micro-batch; the sink appends the rows of all the tables of a batch in one commit, after every
-table's MERGE (appends never conflict with each other; the latest row per ``(app_id, schema,
-table)`` wins when reading).
-
-Why a table at all when the MERGE is already idempotent through Delta's ``txnAppId`` /
-``txnVersion``? Three reasons: a replayed batch is skipped without even planning its MERGE;
-the last applied *commit LSN* per table is visible to humans and to ``walspark run`` (status,
-resuming, checking the slot never ran ahead of the lakehouse); and rows whose commit LSN is at
-or below that mark are filtered out, which protects a table even when a batch is replayed under
-different batch ids.
-
-Crash windows (the progress rows are written *after* the tables' commits, in one commit):
-
-- crash before a table's commit: nothing happened to that table; it is applied on replay.
-- crash after some or all of the tables' commits, before the progress rows: each replayed MERGE
-  carries the same per-table ``txnAppId``/``txnVersion`` and Delta skips those already
-  committed (the transaction id is recorded *in the same commit* as the data), applies the
-  others, then the progress rows are written.
-- crash after the progress rows: the replay is skipped by the progress check.
-
-The streaming sink writes a batch's progress rows in the background while the next batch runs
-(``ApplyChanges.flush``), so Spark may commit a batch, and the slot be confirmed, before its
-progress rows are in: a crash then is the second window above, for which the transaction ids
-suffice. The progress table may lag the Delta tables; it is never ahead of them.
-
-A batch that fails on one table (an incompatible schema change) still records the tables that
-were applied, then fails.
+Written after the tables' commits: a shortcut for replays, never the only record. See
+docs/design/applying.md for its crash windows.
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Unchanged TOAST values with nothing to keep: a divergence to report, never a NULL to write.
 
-With REPLICA IDENTITY DEFAULT (or USING INDEX), an UPDATE that leaves a TOASTed column alone
-sends it as 'u' (unchanged): the value is wherever the row was before — an earlier change of
-the same key in the batch, or the target's row. The SCD1 fold resolves what the batch knows
-(:func:`~.apply.fold_last_per_key`, :func:`~.apply.resolve_from_moved_keys`) and leaves the
-rest to the MERGE, which keeps the target's value. When the target has no row for the key (the
-Delta table was damaged, or the table never got its rows), or the row arrived by a key change
-from a key whose value is known nowhere, there is no value to keep: the MERGE would insert NULL.
-
-:func:`check_unchanged_known` finds such a row before the MERGE and raises
-:class:`UnchangedValueUnknown` — a :class:`~.evolution.SchemaEvolutionError`, so it takes the
-same per-table path: the other tables of the batch are applied and recorded, the batch then
-fails, the slot is not confirmed past it, and ``walspark run`` ends with one line naming the
-table, the key and the fix (re-copy the table).
+:func:`check_unchanged_known` stops the table before its MERGE would write a NULL. See
+docs/design/applying.md.
 """
 
 from __future__ import annotations

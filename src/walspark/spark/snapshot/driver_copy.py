@@ -1,24 +1,7 @@
 """A small table of the initial snapshot copied from the driver with delta-rs: no Spark job.
 
-Why: the Spark path of a table's copy (:func:`.initial.write_table`) is a query per table —
-the Python data source's planning worker, a task, a Parquet writer in the JVM and a Delta
-commit — about 2 s per table once Spark is warm and 8 s for the first, whatever the rows. A
-table PostgreSQL reads in one task anyway (under :data:`.initial.SMALL_TABLE_ROWS`) is read on
-the driver by the same code the task runs (:func:`.pgsnapshot.read_range`: the exported
-snapshot, a binary COPY, the column decoders) and written by delta-rs in tens of milliseconds.
-
-What goes this way: a table planned as one whole-relation range per relation, to a local
-target where no Delta table is yet (``CREATE OR REPLACE`` of an existing one stays Spark's),
-with walspark's plain table properties (column mapping by name, no deletion vectors), and whose
-Delta schema delta-rs writes exactly as Spark's ``CREATE TABLE ... AS SELECT`` would: the same
-field types, nullability and ``pg.*`` metadata (:func:`same_schema`), and a type that needs no
-table feature (``timestamp_ntz`` does: delta-rs would not list column mapping beside it).
-Everything else is copied by Spark as before; tests/spark/test_snapshot.py holds the two
-paths' tables equal (schema, protocol, properties and rows).
-
-Two commits instead of one: delta-rs takes only ``delta.*`` properties when it creates a table,
-so walspark's own (the columns' attnums) follow as a property change. A crash between them
-leaves the snapshot record "in progress", and the rerun replaces the table through Spark.
+Only where delta-rs writes the table exactly as Spark would; everything else is Spark's. See
+docs/design/snapshot.md.
 """
 
 from __future__ import annotations

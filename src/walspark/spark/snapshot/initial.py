@@ -1,42 +1,8 @@
 """The initial snapshot: every published table copied in parallel inside one exported snapshot.
 
-Why this shape (docs/architecture.md): a mirror needs the rows that existed before the
-slot, copied *consistently with the stream*. Creating the slot with ``SNAPSHOT 'export'`` gives
-both halves of the hand-off at the same instant: a snapshot name that other sessions can import,
-and the slot's **consistent point**, the LSN from which streaming must start. Every transaction
-committed before the consistent point is visible in the snapshot, every one committed after is
-streamed from the slot — no gap, no duplicate. So:
-
-1. write ``<target>/_walspark/snapshot.json`` saying "in progress, slot S" (before the slot
-   exists, so a crash at any later instant leaves a record naming the slot to clean up);
-2. create the slot with an exported snapshot and keep its replication connection open and idle
-   (:func:`walspark.source.slots.create_slot_with_snapshot`);
-3. inside that snapshot, list the publication's tables and columns (``pg_publication_tables``,
-   ``attnames`` on PostgreSQL 15+, generated columns only where published) and the user types;
-4. per table, plan CTID-range partitions from the relation's size in pages (small tables get
-   one task), and run one Spark job (the ``pgsnapshot`` data source, one task per range; each
-   task imports the snapshot and runs a binary ``COPY``) writing the Delta table at
-   ``<target>/<schema>/<table>`` with ``CREATE OR REPLACE TABLE ... AS SELECT``: one atomic
-   commit, column mapping on, whatever was there before is replaced. A small table new to the
-   target is read and written from the driver instead, where delta-rs writes it as Spark would
-   (:mod:`walspark.spark.snapshot.driver_copy`);
-5. close the exporting connection as soon as the last job finished;
-6. only then rewrite ``snapshot.json`` as "complete (consistent point, tables)".
-
-A table published with ``publish_via_partition_root`` appears once, as its root; its leaf
-partitions' CTID ranges all feed the root's one Delta table.
-
-Restart: a rerun that finds an "in progress" record (or none) redoes everything: it drops the
-half-made slot the record names, creates it again, and overwrites every table. A table written
-by a failed run may exist, but it never looks complete: only the "complete" record says so.
-A rerun that finds a "complete" record for the same slot, with the slot still there, does
-nothing and returns the recorded consistent point (``redo=True`` forces a new snapshot).
-
-Tables added to the publication later (``ALTER PUBLICATION ... ADD TABLE``): the stream sends
-their changes from the moment they were added, but not their earlier rows. ``walspark run``
-copies them inside a temporary slot's exported snapshot, in resumable key-range chunks, while the
-stream goes on (:mod:`walspark.spark.tablesync.sync`, :mod:`walspark.spark.tablesync.copying`,
-docs/design/table-sync.md).
+The slot's consistent point splits the history: what committed before it is in the copy, what
+committed after is streamed — no gap, no duplicate. See docs/design/snapshot.md for the steps
+and why a rerun is safe.
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
 """The ``pgsnapshot`` Python data source: one published table read in CTID-range tasks.
 
-Why a data source and not ``mapInArrow`` over a list of ranges: the ranges *are* the read's
-partitions, so Spark schedules exactly one task per range (``df.rdd.getNumPartitions()`` says how
-many), and each task yields Arrow record batches straight into Spark without a Python->JVM row
-conversion.
-
-Every task opens its own connection and imports the slot's exported snapshot
-(``BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '...'``), so all
-tasks see the database exactly as of the slot's consistent point, however long the copy takes
-and whatever commits meanwhile. Each task then runs::
-
-    COPY (SELECT "c1", "c2" FROM ONLY "s"."t"
-           WHERE (<row filter>) AND ctid >= '(a,0)'::tid AND ctid < '(b,0)'::tid) TO STDOUT (FORMAT binary)
-
-``ONLY`` and the row filter make the copy hold what the stream publishes, as PostgreSQL's table
-sync does (``COPY (SELECT ... FROM ONLY ... WHERE <filters ORed>)``): an inheritance parent's
-children are published as tables of their own (or not at all), and rows outside the
-publication's row filter are never streamed, so they must not be copied either.
-
-Binary COPY carries every value in its type's ``*send`` format, the very bytes pgoutput sends in
-binary mode, so the binary codecs of :mod:`walspark.values` decode them exactly. Each CopyData
-message is one row; its fields are split into one Arrow binary array per column (in C with
-``walspark_c``, else with numpy, see :func:`copy_columns`), and the codecs then convert whole
-columns at a time into Arrow, with no Python object per value on the common paths. Tables with
-a column whose type walspark does not know fall back to text COPY + the text codecs, so the column's Arrow type
-(string) matches what the text-mode stream produces.
-
-The plan travels as one JSON option (``plan``), built by :mod:`walspark.spark.snapshot.initial`; users
-do not call this source directly.
+Every task imports the slot's exported snapshot and runs a binary ``COPY`` of what the stream
+publishes. Users do not call it directly. See docs/design/snapshot.md.
 """
 
 from __future__ import annotations

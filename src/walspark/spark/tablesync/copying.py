@@ -1,34 +1,7 @@
 """A table sync's copy in key-range chunks that survive a crash (huge tables).
 
-Why chunks by key and not by page: a copy runs inside one exported snapshot, which dies with the
-process. A copy resumed after a crash reads its remaining chunks in a *new* snapshot, so the
-table is made of chunks read at different consistent points C1 < C2 < …. That is only repairable
-if every row stays in its chunk whatever happens between C1 and C2: a page range loses a row that
-an update moves from a page not yet copied to one already copied (and doubles the reverse), a key
-range never does. Reconciliation is then per key (:func:`without_copied`): a change of key k
-counts as already copied when its commit LSN is below the C of the snapshot k's chunk was read in.
-
-How a copy proceeds (:func:`copy_in_chunks`):
-
-1. **Plan** (first attempt, inside its snapshot): the table's replica identity key (primary key,
-   or the ``REPLICA IDENTITY USING INDEX`` index) and chunk bounds from a ``TABLESAMPLE`` of the
-   keys, ordered by PostgreSQL (so text keys follow their collation). The plan is written
-   durably to ``_walspark/tablesync/copies/<schema>/<table>/g<gen>.json`` *before* any chunk.
-2. **Start**: the Delta table is replaced by an empty one of the planned shape (its version is
-   recorded in the plan: chunks are the commits after it).
-3. **Waves**: chunks are copied ``parallelism`` at a time, one Spark job and one Delta append per
-   wave, each commit tagged with ``userMetadata`` = ``walspark-copy {gen, plan, lsn, chunks}``.
-   A small local table (under :data:`.initial.SMALL_TABLE_ROWS`) is created, read and appended
-   from the driver with delta-rs instead (:mod:`.driver_copy`), in the same waves and commits.
-   The Delta log is the record of what is done: a crash between a commit and any bookkeeping
-   of ours loses nothing, and a resumed copy reads the table's history to skip those chunks.
-4. **Done**: the committed waves give ``since`` (the last C) and, when several snapshots hold
-   chunks, the *cuts* — each C with the last Delta version written in it — that
-   :func:`without_copied` uses to tell for each key which C applies.
-
-A table without such a key (REPLICA IDENTITY FULL or NOTHING without primary key) is copied in
-page ranges: still in waves, but a crash restarts it from its first chunk, as a changed shape
-(columns, row filter, partitions) between two attempts does.
+Chunks by key, so a copy resumed in a new snapshot is reconciled per key; the Delta log is the
+record of what is done. See docs/design/table-sync.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The durable per-table sync states and re-copy requests under ``<target>/_walspark/tablesync/``.
 
-Why a file of our own and not rows of the progress table: the states change outside batches (a
-copy thread finishing, a ``walspark resnapshot`` request) and must be read before Spark starts a
-query; one small JSON document, replaced atomically (write, fsync, rename), is enough and is never
-torn. See docs/design/table-sync.md for the state machine:
-
-``copying(gen)`` → ``copied(gen, C)`` → ``ready(since=C, handed_through=B)``; a table that left
-the publication is ``left``. A table with no entry and a Delta table is ``ready`` (the initial
-snapshot's tables, or targets written before table sync existed).
+One small JSON document, replaced atomically. See docs/design/table-sync.md for the state
+machine.
 """
 
 from __future__ import annotations

@@ -1,31 +1,7 @@
 """Tables joining, leaving and being re-copied while the stream goes on.
 
-The method is PostgreSQL's table synchronisation (tablesync.c), adapted to a sink that cannot hold
-the stream back per table (docs/design/table-sync.md has the full argument):
-
-- **Copy**: a background driver thread creates a *temporary* slot with an exported snapshot; its
-  consistent point C splits the table's history: transactions committed before C are in the
-  snapshot, those at or after C come from the main slot. The table is copied inside that snapshot
-  in key-range chunks, a wave of parallel COPY tasks and one Delta commit at a time, so that a
-  crash resumes with the chunks not yet committed (:mod:`.copying`), while the streaming
-  query keeps applying the other tables.
-- **Pending log**: while a table is being copied the sink does not apply its changes to its Delta
-  table; it appends them (idempotently: Delta transaction id = batch id) to the table's pending
-  log, a Delta table under ``_walspark/tablesync/pending/``. The batch then commits as usual and
-  the main slot is confirmed past it: WAL does not pile up during a long copy.
-- **Hand-off**: once the copy committed (state ``copied`` with C), the pending changes with
-  commit LSN >= C (per key for a copy resumed in several snapshots) are applied through the
-  normal apply path in one idempotent step, the table is ``ready`` and its log dropped. Later
-  batches skip what the hand-off already applied (``handed_through``) and, while the stream may
-  still lag behind C, changes before C.
-- **Discovery**: at start and every ``check_seconds`` the publication's tables and their
-  membership rows are compared with the states: a published table without Delta table, one that
-  had left the publication, or one dropped and re-added (new membership rows) is copied; a
-  table no longer published is recorded ``left`` (its Delta table is kept). ``walspark
-  resnapshot`` requests are picked up on the same rhythm.
-
-All state changes that touch what the sink does happen under one lock that the sink holds for a
-whole batch, so a switch to copying or a hand-off falls exactly between two batches.
+PostgreSQL's table synchronisation, with a durable pending log instead of a held-back slot. See
+docs/design/table-sync.md.
 """
 
 from __future__ import annotations
