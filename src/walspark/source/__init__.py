@@ -3,6 +3,7 @@
 * :mod:`.names`, :mod:`.dsn` — name validation and quoting, DSN password redaction;
 * :mod:`.publications`, :mod:`.slots` — management over ordinary SQL, slot inspection
   (retained WAL, lag), slot creation with an exported snapshot;
+* :mod:`.catalog` — what publications publish: tables, the columns pgoutput sends, row filters;
 * :mod:`.options` — pgoutput options negotiated from the server version;
 * :mod:`.stream` — :class:`ReplicationStream`: raw messages, ``confirm(lsn)``, feedback that
   never reports more than the consumer confirmed, keepalives, reconnects;
@@ -15,6 +16,7 @@ This package may import :mod:`walspark.protocol`, never Spark.
 
 from __future__ import annotations
 
+from .catalog import ColumnListConflict, PublishedColumn, PublishedTable, published_tables
 from .dedup import DuplicateFilter
 from .dsn import redact_dsn, redact_secrets
 from .errors import (
@@ -60,6 +62,7 @@ from .stream import RawMessage, Reconnected, ReplicationStream, StreamItem, Stre
 
 __all__ = [
     "AuthenticationFailed",
+    "ColumnListConflict",
     "ConnectionLost",
     "CreatedSlot",
     "DatabaseNotFound",
@@ -70,6 +73,8 @@ __all__ = [
     "PermissionDenied",
     "PublicationInfo",
     "PublicationNotFound",
+    "PublishedColumn",
+    "PublishedTable",
     "RawMessage",
     "ReconnectExhausted",
     "ReconnectPolicy",
@@ -99,6 +104,7 @@ __all__ = [
     "list_slots",
     "max_protocol_version",
     "missing_publications",
+    "published_tables",
     "quote_repl_ident",
     "quote_repl_literal",
     "redact_dsn",
