@@ -621,7 +621,7 @@ def test_generated_columns_are_not_streamed_before_18(spark, pg15_dsn, tmp_path)
     """PostgreSQL 15's ``attnames`` lists a stored generated column for a publication without a
     column list, but its pgoutput never sends one (PostgreSQL 18's ``attnames`` leaves it out unless
     it is published): the copy, the stream's declared schema and the mirror hold what is sent."""
-    from walspark.spark.datasource.schema import published_tables
+    from walspark.source.catalog import published_tables
     from walspark.storage.layout import TargetLayout
 
     with _conn(pg15_dsn) as conn:
@@ -631,7 +631,7 @@ def test_generated_columns_are_not_streamed_before_18(spark, pg15_dsn, tmp_path)
             CREATE PUBLICATION pub FOR TABLE g;
         """)
         assert conn.execute("SELECT attnames FROM pg_publication_tables").fetchone()[0] == ["id", "a", "twice"]
-        assert [c[0] for c in published_tables(conn, ["pub"])[0].columns] == ["id", "a"]
+        assert [c.name for c in published_tables(conn, "pub")[0].columns] == ["id", "a"]
         p = Pipeline(spark, pg15_dsn, "pub", str(tmp_path / "lake"))
         p.check(conn, "initial copy")
         conn.execute("UPDATE g SET a = a + 1 WHERE id <= 3; DELETE FROM g WHERE id = 10; INSERT INTO g (id, a) VALUES (30, 30)")

@@ -6,6 +6,7 @@ modules.
 
 from __future__ import annotations
 
+from .catalog import ColumnListConflict, PublishedColumn, PublishedTable, published_tables
 from .dedup import DuplicateFilter
 from .dsn import redact_dsn, redact_secrets
 from .errors import (
@@ -51,6 +52,7 @@ from .stream import RawMessage, Reconnected, ReplicationStream, StreamItem, Stre
 
 __all__ = [
     "AuthenticationFailed",
+    "ColumnListConflict",
     "ConnectionLost",
     "CreatedSlot",
     "DatabaseNotFound",
@@ -61,6 +63,8 @@ __all__ = [
     "PermissionDenied",
     "PublicationInfo",
     "PublicationNotFound",
+    "PublishedColumn",
+    "PublishedTable",
     "RawMessage",
     "ReconnectExhausted",
     "ReconnectPolicy",
@@ -90,6 +94,7 @@ __all__ = [
     "list_slots",
     "max_protocol_version",
     "missing_publications",
+    "published_tables",
     "quote_repl_ident",
     "quote_repl_literal",
     "redact_dsn",

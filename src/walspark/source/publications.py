@@ -4,6 +4,7 @@ A publication decides *which* tables' changes pgoutput sends; it lives in one da
 slot streams from the publications of its own database only. Names go through
 :func:`~walspark.source.names.validate_publication_name` and are composed with
 :class:`psycopg.sql.Identifier`, so names with quotes, spaces or non-ASCII letters work.
+What a publication publishes (tables, columns, row filters) is :mod:`.catalog`'s answer.
 """
 
 from __future__ import annotations
@@ -18,16 +19,13 @@ from .connect import error_from_exception
 from .names import validate_publication_name
 
 __all__ = [
-    "ColumnListConflict",
     "PublicationInfo",
-    "PublishedRelation",
     "create_publication",
     "drop_publication",
     "get_publication",
     "list_publications",
     "missing_publications",
     "publication_list",
-    "published_relations",
 ]
 
 TableRef = str | tuple[str, str]
@@ -55,41 +53,6 @@ class PublicationInfo:
         }
 
 
-class ColumnListConflict(ValueError):
-    """A table has different column lists in the publications streamed together.
-
-    pgoutput refuses to stream such a table ("cannot use different column lists for table ... in
-    different publications"), and PostgreSQL's table sync refuses to copy it; so does the snapshot.
-    """
-
-
-@dataclass(frozen=True, slots=True)
-class PublishedRelation:
-    """One table as a set of publications streams it: what PostgreSQL's table sync copies.
-
-    ``columns`` are the published column names (``pg_publication_tables.attnames``, PostgreSQL
-    15+), None before 15 (every live, non-generated column); on 15–17 they may name a stored
-    generated column, which pgoutput does not send before 18 (the copy and the stream's schema
-    leave it out). ``row_filter`` is the server's own
-    deparsed ``WHERE`` expression, already combined over the publications (``OR``), or None when
-    the table is published unfiltered by any of them. ``relkind`` 'p' is a partitioned table
-    published through its root (its rows are its leaf partitions'); any other table is copied
-    with ``ONLY`` (its inheritance children, if published, are tables of their own).
-    """
-
-    oid: int
-    schema: str
-    table: str
-    relkind: str
-    columns: tuple[str, ...] | None
-    row_filter: str | None
-    publications: tuple[str, ...]
-
-    @property
-    def qualified(self) -> str:
-        return f"{self.schema}.{self.table}"
-
-
 def publication_list(value: str | Iterable[str]) -> tuple[str, ...]:
     """Publication names from a ``--publication`` value: comma-separated, as the stream reads it.
 
@@ -100,82 +63,6 @@ def publication_list(value: str | Iterable[str]) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else list(value)
     names = [p.strip() for item in items for p in item.split(",") if p.strip()]
     return tuple(dict.fromkeys(validate_publication_name(n) for n in names))
-
-
-_PUBLISHED_QUERY = """
-SELECT c.oid::int8, t.schemaname::text, t.tablename::text, c.relkind::text, t.pubname::text,
-       {viaroot}, {attnames}, {rowfilter}
-  FROM pg_publication_tables t
-  JOIN pg_publication p ON p.pubname = t.pubname
-  JOIN pg_namespace n ON n.nspname = t.schemaname
-  JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
- WHERE t.pubname = ANY(%s)
- ORDER BY t.schemaname, t.tablename, t.pubname
-"""
-
-
-def published_relations(conn: Any, publications: str | Iterable[str]) -> list[PublishedRelation]:
-    """The tables ``publications`` stream together, with their columns and combined row filter.
-
-    The rules are PostgreSQL's (``pg_get_publication_tables``, tablesync.c's
-    ``fetch_remote_table_info``, pgoutput's ``get_rel_sync_entry``):
-
-    - ``pg_publication_tables`` lists each publication's tables: leaf partitions, or the root
-      where ``publish_via_partition_root`` is on; an inheritance parent published ``FOR TABLE
-      parent`` lists its children too, each with the parent's filter and column list.
-    - When a partition and one of its ancestors both appear and any publication publishes via
-      the root, the partition is dropped: its changes go out as the ancestor's.
-    - Row filters of one table in several publications are ORed; if any publication publishes
-      it without a filter (including ``FOR ALL TABLES`` and ``TABLES IN SCHEMA``, for which the
-      catalog reports none) the table is unfiltered.
-    - Column lists must be the same in every publication (else :class:`ColumnListConflict`).
-
-    PostgreSQL 10-14 has no row filters or column lists (``row_filter`` and ``columns`` None).
-    """
-    names = list(publication_list(publications))
-    major = conn.info.server_version // 10000
-    query = _PUBLISHED_QUERY.format(
-        viaroot="p.pubviaroot" if major >= 13 else "false",
-        attnames="t.attnames::text[]" if major >= 15 else "NULL::text[]",
-        rowfilter="t.rowfilter" if major >= 15 else "NULL::text",
-    )  # constants chosen by server version, never user input
-    rows = _run(conn, sql.SQL(query), (names,), what="cannot read the publications' tables")
-    grouped: dict[int, list[tuple[Any, ...]]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row)
-    if len(names) > 1 and any(r[5] for r in rows):
-        grouped = _drop_published_ancestors_partitions(conn, grouped)
-    result = []
-    for oid, group in grouped.items():
-        _, schema, table, relkind, _, _, _, _ = group[0]
-        column_lists = {None if r[6] is None else tuple(r[6]) for r in group}
-        if len(column_lists) > 1:
-            pubs = ", ".join(repr(r[4]) for r in group)
-            raise ColumnListConflict(
-                f"table {schema}.{table} has different column lists in publications {pubs}: PostgreSQL cannot "
-                "stream it (pgoutput refuses); give it the same column list in every publication, or stream "
-                "them separately")
-        filters = [r[7] for r in group]
-        row_filter = None if any(f is None for f in filters) else " OR ".join(
-            f"({f})" for f in dict.fromkeys(filters))
-        result.append(PublishedRelation(int(oid), schema, table, relkind, column_lists.pop(), row_filter,
-                                        tuple(r[4] for r in group)))
-    return result
-
-
-def _drop_published_ancestors_partitions(conn: Any, grouped: dict[int, list[tuple[Any, ...]]]
-                                         ) -> dict[int, list[tuple[Any, ...]]]:
-    """Without the partitions whose ancestor is also listed (``filter_partitions`` in pg_publication.c).
-
-    ``pg_publication_tables`` applies this within one publication only; across publications
-    pgoutput publishes a partition's changes as its top-most published ancestor's.
-    """
-    listed = set(grouped)
-    rows = _run(conn, sql.SQL("SELECT r.oid::int8, a.relid::oid::int8 FROM unnest(%s::int8[]) AS r(oid),"
-                              " LATERAL pg_partition_ancestors(r.oid::oid) a WHERE a.relid::oid <> r.oid::oid"),
-                ([*listed],), what="cannot read partition ancestors")
-    covered = {int(oid) for oid, ancestor in rows if int(ancestor) in listed}
-    return {oid: group for oid, group in grouped.items() if oid not in covered}
 
 
 def _table_sql(ref: TableRef) -> sql.Composable:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from walspark.source.catalog import published_tables
 from walspark.spark.datasource.schema import (
     OutputLayout,
+    TableShape,
     TypeRegistration,
     apply_registrations,
     catalog_registrations,
-    published_tables,
 )
 from walspark.spark.datasource.shapes import merge_recorded, recorded_shapes
 from walspark.values import TypeRegistry, spark_schema
@@ -39,7 +40,7 @@ def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
     missing = missing_publications(conn, publications)
     if missing:
         raise ValueError(f"publication(s) {', '.join(map(repr, missing))} do not exist in the slot's database")
-    shapes = published_tables(conn, publications)
+    shapes = [TableShape.from_published(t) for t in published_tables(conn, publications)]
     recorded = recorded_shapes(staging_path, after_lsn=_confirmed_lsn(conn, slot)) if staging_path else {}
     oids = {oid for s in shapes for _, oid, _ in s.columns}
     oids |= {oid for found in recorded.values() for shape in found for _, oid, _ in shape}

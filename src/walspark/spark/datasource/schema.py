@@ -1,20 +1,24 @@
 """Output schemas of the ``pgoutput`` source, and where the tables' columns come from.
 
 The two layouts and the schema barrier are docs/design/pipeline.md §4; the declared schema is read
-back from the Spark schema itself (:meth:`OutputLayout.from_schema`).
+back from the Spark schema itself (:meth:`OutputLayout.from_schema`); the tables' columns come from
+:mod:`walspark.source.catalog`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
 from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
 from walspark.protocol import RelationColumn
 from walspark.values import TypeRegistry, spark_schema, spark_type
+
+if TYPE_CHECKING:
+    from walspark.source.catalog import PublishedTable
 
 __all__ = [
     "AMBIGUOUS_KEY",
@@ -35,7 +39,6 @@ __all__ = [
     "is_schema_change",
     "merge_structs",
     "parse_table_name",
-    "published_tables",
     "relation_misfit",
 ]
 
@@ -155,6 +158,12 @@ class TableShape:
     table: str
     columns: tuple[tuple[str, int, int], ...]
     facts: tuple[ColumnFacts, ...] = ()  # per column, when read from the catalog
+
+    @classmethod
+    def from_published(cls, table: PublishedTable) -> TableShape:
+        """The shape of a table the catalog says is published (:mod:`walspark.source.catalog`)."""
+        return cls(table.schema, table.table, tuple((c.name, c.type_oid, c.typmod) for c in table.columns),
+                   tuple(ColumnFacts(c.attnum, c.missing, c.has_default) for c in table.columns))
 
     @property
     def qualified_name(self) -> str:
@@ -280,53 +289,6 @@ def check_relation(layout: OutputLayout, qualified_name: str, columns: Sequence[
 
 
 # --------------------------------------------------------------------------- catalog
-
-
-def published_tables(conn: Any, publications: Sequence[str]) -> list[TableShape]:
-    """The tables the publications send, with the columns pgoutput sends for each, in attnum order.
-
-    PostgreSQL 15+ reports each table's published columns (column lists, and generated columns
-    where ``publish_generated_columns`` is on) in ``pg_publication_tables.attnames``; before
-    15 every non-generated column is published. Before 18, pgoutput never sends a generated
-    column, although 15–17's ``attnames`` lists one for a publication without a column list
-    (as :func:`walspark.spark.snapshot.initial.publication_tables` copies). Each column also gets its :class:`ColumnFacts`;
-    a partitioned root keeps missing values on its leaves (the root has no rows), so they are
-    looked up there too.
-    """
-    major = conn.info.server_version // 10000
-    if major >= 18:
-        column_filter = "a.attname = ANY(t.attnames)"
-    elif major >= 15:
-        column_filter = "a.attname = ANY(t.attnames) AND a.attgenerated = ''"
-    elif major >= 12:
-        column_filter = "a.attgenerated = ''"
-    else:
-        column_filter = "true"
-    leaves = ("SELECT c.oid UNION ALL SELECT relid FROM pg_partition_tree(c.oid) WHERE isleaf"
-              if major >= 12 else "SELECT c.oid")
-    query = (
-        "SELECT DISTINCT t.schemaname::text, t.tablename::text, a.attnum, a.attname::text, a.atttypid::int8,"
-        " a.atttypmod, m.missing, a.atthasdef FROM pg_publication_tables t"
-        " JOIN pg_namespace n ON n.nspname = t.schemaname"
-        " JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename"
-        # LEFT JOIN: a table without columns (CREATE TABLE t (), attnames NULL) is still published
-        " LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
-        f" AND {column_filter}"  # constant chosen by server version
-        " LEFT JOIN LATERAL (SELECT (x.attmissingval::text::text[])[1] AS missing FROM pg_attribute x"
-        "  WHERE x.attname = a.attname AND x.atthasmissing AND NOT x.attisdropped"
-        f"  AND x.attrelid IN ({leaves}) LIMIT 1) m ON true"  # constant chosen by server version
-        " WHERE t.pubname = ANY(%s)"
-        " ORDER BY 1, 2, 3"
-    )
-    rows = conn.execute(query, (list(publications),)).fetchall()
-    shapes: dict[tuple[str, str], list[tuple[str, int, int]]] = {}
-    facts: dict[tuple[str, str], list[ColumnFacts]] = {}
-    for schema, table, attnum, name, oid, typmod, missing, has_default in rows:
-        columns, notes = shapes.setdefault((schema, table), []), facts.setdefault((schema, table), [])
-        if name is not None:  # None: a table without columns
-            columns.append((name, int(oid), int(typmod)))
-            notes.append(ColumnFacts(int(attnum), missing, bool(has_default)))
-    return [TableShape(s, t, tuple(cols), tuple(facts[(s, t)])) for (s, t), cols in shapes.items()]
 
 
 @dataclass(frozen=True, slots=True)

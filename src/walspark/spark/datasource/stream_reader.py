@@ -22,6 +22,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from walspark.protocol import parse_lsn
+from walspark.source.catalog import published_tables
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
@@ -31,7 +32,6 @@ from walspark.spark.datasource.schema import (
     TypeRegistration,
     catalog_registrations,
     declared_type_oids,
-    published_tables,
 )
 from walspark.spark.datasource.staging import Stager
 from walspark.storage import Location, location
@@ -101,9 +101,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._stager is None:
             o = self.options
             with self._connect() as conn:
-                shapes = published_tables(conn, o.publications)
+                tables = published_tables(conn, o.publications)
                 # the declared schema may hold stream shapes the catalog no longer has (see .shapes)
-                oids = {oid for s in shapes for _, oid, _ in s.columns} | declared_type_oids(self.schema)
+                oids = {c.type_oid for t in tables for c in t.columns} | declared_type_oids(self.schema)
                 self._registrations = catalog_registrations(conn, oids)
             staging = o.staging_location()
             assert o.dsn and o.slot and staging is not None

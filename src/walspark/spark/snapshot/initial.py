@@ -174,50 +174,28 @@ SELECT p.relid::oid::int8 FROM pg_partition_tree(%s) p JOIN pg_class c ON c.oid 
 """
 
 
-def _column_query(major: int, with_names: bool) -> str:
-    """Live columns in attnum order, those named in ``attnames`` only when ``with_names``.
-
-    Generated columns: from PostgreSQL 18 on ``attnames`` says whether they are published
-    (``publish_generated_columns``, or named in a column list); before, pgoutput never sends them,
-    although PostgreSQL 15's ``attnames`` lists them for a publication without a column list.
-    """
-    generated = " AND a.attgenerated = ''" if 12 <= major and (major < 18 or not with_names) else ""
-    names = " AND a.attname = ANY(%s)" if with_names else ""
-    return ("SELECT a.attname::text, a.atttypid::int8, a.atttypmod, a.attnum FROM pg_attribute a"
-            " WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped" + generated + names +
-            " ORDER BY a.attnum")
-
-
 def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[TablePlan]:
     """The publication's tables as pgoutput will stream them: names, columns, rows, storage.
 
     Run it inside the exported snapshot so the list and the columns are those of the consistent
-    point. What is copied is what PostgreSQL's table sync copies
-    (:func:`walspark.source.publications.published_relations`): the publication's column list
-    (``attnames``, PostgreSQL 15+: it already accounts for ``publish_generated_columns`` on 18),
-    else every live, non-generated column; the rows passing the row filter (ORed over several
-    publications, comma-separated as the stream reads them); a table's own rows only (``ONLY``:
-    published inheritance children are tables of their own). A partitioned root (listed when
-    the publication is ``publish_via_partition_root``) is read through its leaf partitions, each
-    with the root's filter; types come from the root.
+    point. What is copied is what the catalog says is published
+    (:func:`walspark.source.catalog.published_tables`, publications comma-separated as the
+    stream reads them): the columns pgoutput sends, the rows passing the row filter, a table's own
+    rows only (``ONLY``). A partitioned root published through its root is read through its leaf
+    partitions, each with the root's filter; types come from the root.
     """
-    from walspark.source.publications import ColumnListConflict, published_relations
+    from walspark.source.catalog import ColumnListConflict, published_tables
     from walspark.values import TypeRegistry
 
-    major = conn.info.server_version // 10000
     try:
-        published = published_relations(conn, publication)
+        published = published_tables(conn, publication)
     except ColumnListConflict as exc:
         raise SnapshotError(str(exc)) from None
     registry = TypeRegistry()
     plans = []
     for rel in published:
-        if rel.columns is not None:
-            cols = conn.execute(_column_query(major, True), (rel.oid, list(rel.columns))).fetchall()
-        else:
-            cols = conn.execute(_column_query(major, False), (rel.oid,)).fetchall()
-        columns = [(str(n), int(t), int(m)) for n, t, m, _ in cols]
-        if rel.relkind == "p":
+        columns = [(c.name, c.type_oid, c.typmod) for c in rel.columns]
+        if rel.via_root:
             leaf_oids = [r[0] for r in conn.execute(_LEAVES_QUERY, (rel.oid,)).fetchall()]
         else:
             leaf_oids = [rel.oid]
@@ -226,7 +204,7 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
         plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter,
-                               attnums={str(n): int(a) for n, _, _, a in cols}, oid=rel.oid))
+                               attnums={c.name: c.attnum for c in rel.columns}, oid=rel.oid))
         if not columns:  # PostgreSQL replicates the row count of a table without columns
             plans[-1].columnless_rows = _count_rows(conn, relations, rel.row_filter)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string

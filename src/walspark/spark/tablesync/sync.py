@@ -62,25 +62,6 @@ _SLOT_NUMBERS = itertools.count(1)
 #: Default seconds between two checks of the publication and of re-copy requests.
 DEFAULT_CHECK_SECONDS = 5.0
 
-_MEMBERSHIP = """
-SELECT c.oid::int8,
-       array(SELECT 'r' || pr.oid FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
-              WHERE p.pubname = ANY(%(pubs)s)
-                AND (pr.prrelid = c.oid OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(c.oid)))
-             {namespace}
-             UNION ALL
-             SELECT 'a' || p.oid FROM pg_publication p WHERE p.pubname = ANY(%(pubs)s) AND p.puballtables
-             ORDER BY 1)
-  FROM pg_class c WHERE c.oid = ANY(%(oids)s)
-"""
-
-_NAMESPACE = """
-             UNION ALL
-             SELECT 'n' || pn.oid FROM pg_publication_namespace pn JOIN pg_publication p ON p.oid = pn.pnpubid
-              WHERE p.pubname = ANY(%(pubs)s) AND pn.pnnspid = c.relnamespace
-"""
-
-
 def membership(conn: Any, publication: str) -> dict[Table, tuple[str, ...]]:
     """Each published table (as streamed: a partition root under ``publish_via_partition_root``)
     with its membership signature: its oid and the oids of the catalog rows that publish it.
@@ -89,15 +70,11 @@ def membership(conn: Any, publication: str) -> dict[Table, tuple[str, ...]]:
     row, so the signature changes even when both happen between two checks — and the changes
     made in between were never streamed (pgoutput filters by the publication as of each change).
     """
-    from walspark.source.publications import publication_list, published_relations
+    from walspark.source.catalog import memberships, published_tables
 
-    pubs = list(publication_list(publication))
-    rels = published_relations(conn, publication)
-    major = conn.info.server_version // 10000
-    query = _MEMBERSHIP.format(namespace=_NAMESPACE if major >= 15 else "")  # constants only
-    rows = conn.execute(query, {"pubs": pubs, "oids": [r.oid for r in rels]}).fetchall()
-    rows_by_oid = {int(oid): tuple(sig or ()) for oid, sig in rows}
-    return {(r.schema, r.table): (f"o{r.oid}", *rows_by_oid.get(r.oid, ())) for r in rels}
+    tables = published_tables(conn, publication)
+    rows = memberships(conn, publication, [t.oid for t in tables])
+    return {(t.schema, t.table): (f"o{t.oid}", *rows.get(t.oid, ())) for t in tables}
 
 
 class TableSync:
