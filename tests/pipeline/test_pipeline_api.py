@@ -47,7 +47,7 @@ def test_run_once_snapshot_then_changes(spark, pg18_dsn, tmp_path):
     assert json.loads(clock.read_text())["last"], "the first run starts the maintenance clock"
     clock.write_text(json.dumps({"last": "2026-01-01T00:00:00+00:00"}))  # as if a day had passed
     lines: list[str] = []
-    pipeline.maintenance(24, retain_hours=0).on_progress(lines.append)
+    pipeline = pipeline.maintenance(24, retain_hours=0).on_progress(lines.append)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("UPDATE orders SET qty = qty + 1 WHERE id <= 50")
         conn.execute("DELETE FROM orders WHERE id > 190")
@@ -109,7 +109,6 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
         record_idle_mark(str(tmp_path / "lake" / "_walspark" / "staging" / "shop_slot"), int(now))
         after = pipeline.max_rows_per_batch(4).run_once()  # whole transactions: the 10 rows, then 1
         assert after.query_starts == 0 and after.rows == 11 and after.batches == 2, after
-        pipeline.max_rows_per_batch(None)
         assert_matches_publication(conn, spark, target, "shop", context="after the idle run")
         conn.execute("UPDATE orders SET qty = 1 WHERE id <= 5")
         monkeypatch.setenv("WALSPARK_DRIVER_BATCH", "0")  # the query goes on after the driver's batches
@@ -223,10 +222,11 @@ def test_builder_checks_its_inputs(spark, pg18_dsn, tmp_path):
         pipeline.trigger_seconds(0)
     with pytest.raises(OptionError, match="--max-rows-per-batch"):
         pipeline.max_rows_per_batch(0)
+    nope = pipeline.scd2("public.nope")
     with pytest.raises(OptionError, match=r"--scd2 'public\.nope' is not a table of publication 'shop'"):
-        pipeline.scd2("public.nope").check()
+        nope.check()
     with pytest.raises(OptionError, match=r"--scd2 'public\.nope'"):
-        pipeline.run_once()
+        nope.run_once()
     assert not (tmp_path / "lake").exists()
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'ok_slot'").fetchone()[0] == 0

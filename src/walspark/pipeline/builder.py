@@ -7,10 +7,11 @@ session it is given. See docs/design/pipeline.md §6.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from walspark.pipeline.handle import PipelineHandle, run_tracked
 from walspark.pipeline.preflight import check_settings, preflight
@@ -39,9 +40,9 @@ class Pipeline:
 
     Every published table lands at ``<target>/<schema>/<table>``; walspark's checkpoint and
     bookkeeping live under ``<target>/_walspark``. A slot that does not exist yet is created by
-    the initial snapshot. Option methods change this builder and return it; the settings are
-    read when ``run_once``/``start`` is called, so one builder can run again (e.g. ``start()``
-    after ``run_once()``) and resumes where the last run stopped.
+    the initial snapshot. Option methods return a new builder and leave this one as it was (as
+    ``ApplyChanges`` does); a builder can run again (e.g. ``start()`` after ``run_once()``) and
+    resumes where the last run stopped.
     """
 
     def __init__(self, spark: SparkSession | None, *, dsn: str, publication: str, slot: str,
@@ -51,14 +52,27 @@ class Pipeline:
         self._say: Callable[[str], None] = _log_line
         check_settings(self._settings)  # names and shapes at once; the source is asked at run time
 
-    # ------------------------------------------------------------------------------------------
-    # options (chainable)
-
-    def _set(self, **changes: object) -> Pipeline:
-        settings = replace(self._settings, **changes)  # type: ignore[arg-type]
+    @classmethod
+    def from_settings(cls, settings: RunSettings, spark: SparkSession | None = None) -> Pipeline:
+        """A builder holding ``settings`` (e.g. ``walspark run``'s options), checked now."""
         check_settings(settings)
-        self._settings = settings
-        return self
+        pipeline = cls.__new__(cls)
+        pipeline._spark, pipeline._settings, pipeline._say = spark, replace(settings), _log_line
+        return pipeline
+
+    # ------------------------------------------------------------------------------------------
+    # options (chainable; each returns a new builder)
+
+    def _with(self, **attributes: Any) -> Pipeline:
+        """A copy of this builder with ``attributes`` replaced: the builder itself never changes."""
+        new = copy.copy(self)
+        new.__dict__.update(attributes)
+        return new
+
+    def _set(self, **changes: Any) -> Pipeline:
+        settings = replace(self._settings, **changes)
+        check_settings(settings)
+        return self._with(_settings=settings)
 
     def scd2(self, *tables: str) -> Pipeline:
         """Keep history (SCD2) for these ``schema.table`` tables (added to earlier ones)."""
@@ -99,8 +113,6 @@ class Pipeline:
         :func:`walspark.read_table` reads a table with the changes not folded yet. Maintenance
         deletes change-log rows folded and committed more than ``keep_hours`` ago (None: the
         change logs keep every change, the tables' CDC feed)."""
-        if fold_seconds < 0 or (keep_hours is not None and keep_hours < 0):
-            raise ValueError("fold_seconds and keep_hours must not be negative")
         return self._set(change_log=bool(enabled), fold_seconds=float(fold_seconds),
                          keep_changes_hours=None if keep_hours is None else float(keep_hours))
 
@@ -121,16 +133,14 @@ class Pipeline:
 
     def session(self, spark: SparkSession) -> Pipeline:
         """Run on this SparkSession (instead of the constructor's, or the active one)."""
-        self._spark = spark
-        return self
+        return self._with(_spark=spark)
 
     def on_progress(self, say: Callable[[str], None]) -> Pipeline:
         """Where the progress lines go (one per batch, snapshot progress, restarts): e.g. ``print``.
 
         Default: the ``walspark.pipeline`` logger at INFO.
         """
-        self._say = say
-        return self
+        return self._with(_say=say)
 
     # ------------------------------------------------------------------------------------------
     # running

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from walspark.pipeline.settings import RunSettings
+from walspark.pipeline.settings import RunSettings, check_options
 
 if TYPE_CHECKING:
     from walspark.storage import Location
@@ -31,19 +31,11 @@ def check_settings(settings: RunSettings) -> None:
     from walspark.source.publications import publication_list
 
     if not settings.target:
-        raise OptionError("--target must be a folder (or a URI such as s3a://bucket/lake)")
+        raise OptionError("target (--target) must be a folder (or a URI such as s3a://bucket/lake)")
     validate_slot_name(settings.slot)
     if not publication_list(settings.publication or ""):  # also validates each name
-        raise OptionError("--publication must name a publication")
-    if settings.trigger_seconds <= 0 or settings.sync_check_seconds <= 0:
-        raise OptionError("--trigger-seconds and --sync-check-seconds must be positive")
-    if settings.max_rows_per_batch is not None and settings.max_rows_per_batch < 1:
-        raise OptionError("--max-rows-per-batch must be at least 1")
-    if settings.sync_chunk_rows < 1:
-        raise OptionError("--sync-chunk-rows must be at least 1")
-    if settings.maintenance_hours < 0 or any(h is not None and h < 0 for h in (settings.retain_hours,
-                                                                                 settings.keep_changes_hours)):
-        raise OptionError("--maintenance-hours, --retain-hours and --keep-changes-hours must be 0 or more")
+        raise OptionError("publication (--publication) must name a publication")
+    check_options(settings)
 
 
 def preflight(settings: RunSettings) -> None:

@@ -8,12 +8,13 @@ that every thread can reach: the handle's ``stop()``, a signal handler, the quer
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
 
 from walspark.spark.lake.maintenance import DEFAULT_MAINTENANCE_HOURS
 from walspark.storage.layout import TargetLayout
 
-__all__ = ["RunSettings", "StopSwitch"]
+__all__ = ["Option", "RunSettings", "StopSwitch", "check_options", "run_options"]
 
 
 class StopSwitch:
@@ -40,46 +41,70 @@ class StopSwitch:
             raise KeyboardInterrupt
 
 
+@dataclass(frozen=True, slots=True)
+class Option:
+    """How a setting is given to ``walspark run`` and what it accepts: declared once, beside its
+    field and default in :class:`RunSettings`; the CLI's options and the checks are made from it."""
+
+    help: str
+    #: The smallest value accepted (None: no bound); with ``above``, values must be greater.
+    minimum: float | None = None
+    above: bool = False
+    metavar: str | None = None
+    envvar: str | None = None
+
+    @staticmethod
+    def flag(name: str) -> str:
+        """``trigger_seconds`` → ``--trigger-seconds``."""
+        return "--" + name.replace("_", "-")
+
+
+def _option(help: str, default: Any = MISSING, **spec: Any) -> Any:
+    return field(default=default, metadata={"option": Option(help, **spec)})
+
+
 @dataclass
 class RunSettings:
-    """What one run needs (``walspark run``'s options, typed; what :class:`walspark.Pipeline` builds)."""
+    """What one run needs: ``walspark run``'s options, typed, each declared once (:class:`Option`),
+    and what :class:`walspark.Pipeline` builds."""
 
-    dsn: str
-    publication: str
-    slot: str
-    target: str
-    once: bool = False
-    scd2: tuple[str, ...] = ()
-    app_id: str | None = None
-    trigger_seconds: float = 1.0
-    max_rows_per_batch: int | None = None
+    dsn: str = _option("Source database (libpq DSN or URI, or $WALSPARK_DSN).", envvar="WALSPARK_DSN")
+    publication: str = _option("Publication whose tables are replicated (several: comma-separated).")
+    slot: str = _option("pgoutput slot; created (with the initial snapshot) if missing.")
+    target: str = _option("Folder or object-store URI of the Delta tables.")
+    once: bool = _option("Apply everything committed up to now, then exit 0 (availableNow).", False)
+    scd2: tuple[str, ...] = _option("Keep history (SCD2) for this table; repeatable.", (), metavar="SCHEMA.TABLE")
+    app_id: str | None = _option("Idempotence scope of the batches (default walspark-run/<slot>).", None)
+    trigger_seconds: float = _option("Micro-batch interval when streaming.", 1.0, minimum=0.1)
+    max_rows_per_batch: int | None = _option("Bound on change rows per batch.", None, minimum=1)
+    #: Options of the ``pgoutput`` data source (``Pipeline.option``).
     options: dict[str, str] = field(default_factory=dict)
-    stop: StopSwitch = field(default_factory=StopSwitch, repr=False)
-    #: Seconds between checks of the publication's tables and of ``walspark resnapshot`` requests.
-    sync_check_seconds: float = 5.0
-    #: Rows per chunk of a table copied while the stream runs: a crash resumes with the chunks not
-    #: yet committed (each wave of chunks is one Delta commit).
-    sync_chunk_rows: int = 50_000
-    #: Where walspark keeps its own files (snapshot record, checkpoint, staging, table-sync state):
-    #: a folder or object-store URI; ``<target>/_walspark`` when None.
-    state: str | None = None
+    stop: StopSwitch = field(default_factory=StopSwitch, repr=False, compare=False)
+    sync_check_seconds: float = _option(
+        "How often tables joining or leaving the publication and re-copy requests are checked.", 5.0, minimum=0.1)
+    sync_chunk_rows: int = _option(
+        "Rows per chunk when a table is copied while streaming (a crash resumes by chunk; each wave of "
+        "chunks is one Delta commit).", 50_000, minimum=1)
+    state: str | None = _option(
+        "Folder or object-store URI of walspark's own files: snapshot record, checkpoint, staging, table-sync "
+        "state (default TARGET/_walspark).", None, metavar="LOCATION")
     #: Spark settings (``--conf KEY=VALUE``), e.g. ``spark.hadoop.fs.s3a.*`` for the object store:
     #: the CLI's session is made with them, and the preflight reads storage credentials from them
     #: before Spark is up.
     conf: dict[str, str] = field(default_factory=dict, repr=False)
-    #: Hours between maintenance runs of the pipeline's Delta tables (OPTIMIZE of small files,
-    #: VACUUM, progress rows folded; :mod:`walspark.spark.lake.maintenance`); 0: never.
-    maintenance_hours: float = DEFAULT_MAINTENANCE_HOURS
-    #: VACUUM's retention in hours; None: each table's own (Delta's default, 7 days).
-    retain_hours: float | None = None
-    #: Change-log mode: each batch is appended to the tables' change logs, folded into the Delta
-    #: tables in the background (:mod:`walspark.spark.lake.changelog`); False: MERGE per batch.
-    change_log: bool = False
-    #: Change-log mode: seconds between background folds at most (0: as soon as one ends).
-    fold_seconds: float = 0.0
-    #: Change-log mode: maintenance deletes change-log rows folded and committed more than this
-    #: many hours ago; None: the change logs keep every change.
-    keep_changes_hours: float | None = None
+    maintenance_hours: float = _option(
+        "Hours between maintenance runs (OPTIMIZE of small files, VACUUM, progress rows folded) while running "
+        "(0: never; see walspark maintain).", DEFAULT_MAINTENANCE_HOURS, minimum=0)
+    retain_hours: float | None = _option("VACUUM's retention (default: each table's own, Delta's 7 days).",
+                                         None, minimum=0)
+    change_log: bool = _option(
+        "Append each batch to TARGET/_changes/<schema>/<table> and fold the Delta tables from it in the "
+        "background (fresher, no MERGE per batch; see walspark.read_table).", False)
+    fold_seconds: float = _option(
+        "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0)
+    keep_changes_hours: float | None = _option(
+        "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
+        "ago (default: keep every change).", None, minimum=0)
 
     @property
     def layout(self) -> TargetLayout:
@@ -98,3 +123,22 @@ class RunSettings:
     def query_name(self) -> str:
         """The streaming query's name: how this pipeline's progress events are told from others'."""
         return f"walspark-run-{self.slot}"
+
+
+def run_options() -> list[tuple[Field[Any], Option]]:
+    """The settings given as ``walspark run`` options, in declaration order."""
+    return [(f, f.metadata["option"]) for f in fields(RunSettings) if "option" in f.metadata]
+
+
+def check_options(settings: RunSettings) -> None:
+    """Each numeric setting within its declared bound; raises
+    :class:`walspark.source.errors.OptionError` naming the setting and its ``walspark run`` flag."""
+    from walspark.source.errors import OptionError
+
+    for f, option in run_options():
+        value = getattr(settings, f.name)
+        if option.minimum is None or value is None:
+            continue
+        if value < option.minimum or (option.above and value == option.minimum):
+            bound = f"{'more than' if option.above else 'at least'} {option.minimum:g}"
+            raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be {bound}, not {value!r}")
