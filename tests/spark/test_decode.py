@@ -31,11 +31,12 @@ from pyspark.sql.types import StructType
 
 from walspark.changes.relations import RelationCache
 from walspark.protocol import Delete, Insert, Relation, RelationColumn, Truncate, TupleData, Update, encode_message
-from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments, relation_ids
-from walspark.spark.datasource.offsets import TxnEntry
+from walspark.protocol.decoder import relation_ids
+from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.output import OutputShaper
 from walspark.spark.datasource.schema import ColumnFacts, OutputLayout, TableShape
-from walspark.spark.datasource.segments import SegmentBuilder, SegmentMeta, SegmentName, write_segment
+from walspark.staging.offsets import TxnEntry
+from walspark.staging.segments import SegmentBuilder, SegmentMeta, SegmentName, write_segment
 from walspark.values import TypeRegistry
 
 # --------------------------------------------------------------------------- the tables
@@ -632,7 +633,7 @@ def test_segments_decoded_together_give_the_rows_of_each_alone(plan: dict, tmp_p
 
 
 def _settings(segment: SegmentName) -> tuple[int, bool, bool]:
-    from walspark.spark.datasource.segments import read_meta
+    from walspark.staging.segments import read_meta
 
     meta = read_meta(segment.path)
     return meta.protocol_version, meta.streaming_parallel, meta.binary

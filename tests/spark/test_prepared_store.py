@@ -6,7 +6,7 @@ import pytest
 
 from walspark.changes.assembly import PreparedTransaction, TransactionAssembler
 from walspark.protocol import BeginPrepare, Insert, Prepare, TupleData, encode_message
-from walspark.spark.datasource.prepared import PreparedStore
+from walspark.staging.prepared import PreparedStore
 
 
 def _prepared(xid: int, gid: str, *values: str) -> PreparedTransaction:

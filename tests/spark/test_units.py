@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from walspark.spark.datasource.offsets import (
+from walspark.spark.datasource.options import OptionsError, SourceOptions
+from walspark.spark.datasource.schema import parse_table_name
+from walspark.staging.offsets import (
     TxnEntry,
     from_offset,
     is_fresh,
@@ -17,9 +19,7 @@ from walspark.spark.datasource.offsets import (
     start_checkpoint,
     to_offset,
 )
-from walspark.spark.datasource.options import OptionsError, SourceOptions
-from walspark.spark.datasource.schema import parse_table_name
-from walspark.spark.datasource.segments import (
+from walspark.staging.segments import (
     SegmentBuilder,
     SegmentMeta,
     delete_through,

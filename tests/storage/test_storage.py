@@ -113,8 +113,8 @@ def test_hadoop_settings_win_over_the_environment_and_reach_spark() -> None:
 
 def test_segments_on_the_store(root: Location) -> None:
     """Staged segments: written whole, listed in order, read back, the unfinished tail removed."""
-    from walspark.spark.datasource.offsets import TxnEntry
-    from walspark.spark.datasource.segments import (
+    from walspark.staging.offsets import TxnEntry
+    from walspark.staging.segments import (
         SegmentBuilder,
         SegmentMeta,
         delete_through,
@@ -144,7 +144,7 @@ def test_segments_on_the_store(root: Location) -> None:
 def test_prepared_store_on_the_store(root: Location) -> None:
     """A committed prepared transaction is marked, not renamed; the mark survives a reload; release deletes both."""
     from tests.spark.test_prepared_store import _prepared, _values
-    from walspark.spark.datasource.prepared import PreparedStore
+    from walspark.staging.prepared import PreparedStore
 
     store = PreparedStore(root / "prepared").load()
     txn = _prepared(3, "g", "a")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from walspark.pipeline.idle import Pending
     from walspark.pipeline.status import Tracker
-    from walspark.spark.datasource.offsets import CommittedBatch
+    from walspark.staging.offsets import CommittedBatch
 
 __all__ = ["APPLIED", "BARRIER", "DRIVER_BATCH", "QUERY", "ArrowFrame", "Outcome", "apply_from_driver",
            "begin_checkpoint", "enabled"]
@@ -64,7 +64,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     confirmed position), as the query's first micro-batch would; False: leave it to the query
     (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
     from walspark._injection import crash_point
-    from walspark.spark.datasource.offsets import start_checkpoint
+    from walspark.staging.offsets import start_checkpoint
     from walspark.storage import location
 
     if _turned_off() or not location(settings.checkpoint).is_local:
@@ -99,7 +99,7 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
     instead, or for the rest (nothing written then but staged segments). ``report(batch_id, rows,
     seconds, end, note)`` prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
     """
-    from walspark.spark.datasource.offsets import last_batch
+    from walspark.staging.offsets import last_batch
 
     last = last_batch(settings.checkpoint)
     if last is None:
@@ -129,8 +129,8 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
     import pyarrow as pa
 
     from walspark._injection import crash_point
-    from walspark.spark.datasource.offsets import from_offset, to_offset
     from walspark.spark.datasource.schema import SchemaChangedError
+    from walspark.staging.offsets import from_offset, to_offset
 
     start = to_offset(last.end)
     try:

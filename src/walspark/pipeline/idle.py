@@ -56,9 +56,9 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     from walspark.source.names import publication_names_value
     from walspark.source.publications import publication_list
     from walspark.source.sqlinterface import slot_changes
-    from walspark.spark.datasource.offsets import is_fresh, last_committed_end
-    from walspark.spark.datasource.segments import list_segments
     from walspark.spark.datasource.shapes import read_barrier
+    from walspark.staging.offsets import is_fresh, last_committed_end
+    from walspark.staging.segments import list_segments
     from walspark.storage import location
 
     end = last_committed_end(settings.checkpoint)

@@ -94,7 +94,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
         if not ok:
             sink.abort()  # no background fold outlives a failed run
     sink.close()  # the last batch's progress rows, written in the background; change logs folded
-    from walspark.spark.datasource.two_phase import release_committed_prepared
+    from walspark.staging.two_phase import release_committed_prepared
 
     release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
     return starts

@@ -36,7 +36,7 @@ from ._readers import _error, _read_tuple, _show
 from .errors import ProtocolError
 from .messages import PgoutputMessage, TupleData
 
-__all__ = ["MAX_PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "Decoder", "decode_message", "read_tuple_data"]
+__all__ = ["MAX_PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "Decoder", "decode_message", "read_tuple_data", "relation_ids"]
 
 MIN_PROTOCOL_VERSION: Final = 1
 MAX_PROTOCOL_VERSION: Final = 4
@@ -282,3 +282,17 @@ def read_tuple_data(buf: bytes, pos: int, *, kind: str = "TupleData", lsn: int |
     reader, results and errors as inside :func:`decode_message`.
     """
     return _read_tuple(kind, buf, pos, lsn)[0]
+
+
+def relation_ids(data: bytes, in_stream: bool) -> tuple[int, ...]:
+    """The relation ids a change message is about, from its header bytes alone (no decode): one
+    for an Insert, Update or Delete, each truncated one for a Truncate, none for other kinds."""
+    o = 5 if in_stream else 1  # the kind byte, then the xid inside a streamed block
+    kind = data[0]
+    if kind in (0x49, 0x55, 0x44):  # I, U, D
+        return (int.from_bytes(data[o:o + 4], "big"),)
+    if kind == 0x54:  # T: count, options, the ids
+        count = int.from_bytes(data[o:o + 4], "big")
+        base = o + 5
+        return tuple(int.from_bytes(data[base + 4 * i:base + 4 * i + 4], "big") for i in range(count))
+    return ()

@@ -15,13 +15,14 @@ from pyspark.sql.types import StructType
 from walspark.changes.relations import RelationCache
 from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
+from walspark.protocol.decoder import relation_ids
 from walspark.spark.datasource.output import OutputShaper, Piece
 from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
-from walspark.spark.datasource.segments import PRELUDE, read_segment
+from walspark.staging.segments import PRELUDE, read_segment
 from walspark.storage import StorageSettings, location
 from walspark.values import TypeRegistry
 
-__all__ = ["DecodeConfig", "TaskDecoder", "decode_segments", "relation_ids"]
+__all__ = ["DecodeConfig", "TaskDecoder", "decode_segments"]
 
 _I, _U, _D, _T, _R, _Y = (ord(c) for c in "IUDTRY")
 _ROW_KINDS = frozenset((_I, _U, _D))
@@ -38,19 +39,6 @@ class DecodeConfig:
     streaming_parallel: bool | None = False  # None: options unknown, Stream Abort's layout by its length
     binary: bool = False
     registrations: tuple[TypeRegistration, ...] = field(default=())
-
-
-def relation_ids(data: bytes, in_stream: bool) -> tuple[int, ...]:
-    """The relation ids a change message is about (no full decode: header bytes only)."""
-    o = 5 if in_stream else 1
-    kind = data[0]
-    if kind in _ROW_KINDS:
-        return (int.from_bytes(data[o:o + 4], "big"),)
-    if kind == _T:
-        count = int.from_bytes(data[o:o + 4], "big")
-        base = o + 5
-        return tuple(int.from_bytes(data[base + 4 * i:base + 4 * i + 4], "big") for i in range(count))
-    return ()
 
 
 class TaskDecoder:

@@ -24,13 +24,11 @@ from walspark.changes.assembly import (
 )
 from walspark.changes.relations import RelationCache
 from walspark.protocol import Relation, Type, decode_message, format_lsn, parse_lsn
+from walspark.protocol.decoder import relation_ids
 from walspark.source.dsn import redact_secrets
 from walspark.source.errors import ConnectionLost, SlotInUse
 from walspark.source.options import StreamOptions
 from walspark.source.stream import Reconnected, ReplicationStream
-from walspark.spark.datasource.decode import relation_ids
-from walspark.spark.datasource.offsets import TxnEntry
-from walspark.spark.datasource.prepared import PreparedStore
 from walspark.spark.datasource.schema import (
     OutputLayout,
     SchemaChangedError,
@@ -38,7 +36,10 @@ from walspark.spark.datasource.schema import (
     apply_registrations,
     relation_misfit,
 )
-from walspark.spark.datasource.segments import (
+from walspark.spark.datasource.shapes import record_barrier
+from walspark.staging.offsets import TxnEntry
+from walspark.staging.prepared import PreparedStore
+from walspark.staging.segments import (
     SegmentBuilder,
     SegmentMeta,
     SegmentName,
@@ -46,8 +47,7 @@ from walspark.spark.datasource.segments import (
     remove_incomplete_tail,
     write_segment,
 )
-from walspark.spark.datasource.shapes import record_barrier
-from walspark.spark.datasource.two_phase import TwoPhaseStaging
+from walspark.staging.two_phase import TwoPhaseStaging
 from walspark.storage import Location, location
 from walspark.values import TypeRegistry
 

@@ -24,7 +24,6 @@ from pyspark.sql.types import StructType
 from walspark.protocol import parse_lsn
 from walspark.source.catalog import published_tables
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
-from walspark.spark.datasource.offsets import from_offset, plan_end, to_offset
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.schema import (
     OutputLayout,
@@ -34,6 +33,7 @@ from walspark.spark.datasource.schema import (
     declared_type_oids,
 )
 from walspark.spark.datasource.staging import Stager
+from walspark.staging.offsets import from_offset, plan_end, to_offset
 from walspark.storage import Location, location
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from walspark.spark.datasource.offsets import TxnEntry
+from walspark.staging.offsets import TxnEntry
 from walspark.storage import Location, location
 
 __all__ = [

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from walspark.changes.assembly import CommittedTransaction, PreparedOutcome, PreparedTransaction
 from walspark.protocol import format_lsn
-from walspark.spark.datasource.decode import relation_ids
-from walspark.spark.datasource.prepared import PreparedStore, PreparedStoreError
+from walspark.protocol.decoder import relation_ids
+from walspark.staging.prepared import PreparedStore, PreparedStoreError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -44,7 +44,7 @@ def release_committed_prepared(staging: str | Path, checkpoint: str | Path) -> i
     COMMIT PREPARED the next run receives again (the slot is confirmed lazily) is a known resend.
     Returns how many entries were deleted.
     """
-    from walspark.spark.datasource.offsets import last_committed_end
+    from walspark.staging.offsets import last_committed_end
     from walspark.storage import location
 
     directory = location(staging) / "prepared"
