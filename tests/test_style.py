@@ -1,5 +1,5 @@
-"""The code's own checks, run by the suite: ruff's lint over ``src/``, ``bench/`` and ``tests/``, and
-mypy over ``src/`` (both configured in pyproject.toml, pinned in the ``dev`` extra)."""
+"""The code's own checks, run by the suite: ruff's lint over ``src/``, ``bench/`` and ``tests/``, ruff's
+format over ``src/``, and mypy over ``src/`` (configured in pyproject.toml, pinned in the ``dev`` extra)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_finds_nothing() -> None:
     done = _run("ruff", "check", "--no-cache", "src", "bench", "tests")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_src_is_as_ruff_formats_it() -> None:
+    done = _run("ruff", "format", "--check", "--no-cache", "src")
+    assert done.returncode == 0, "run: .venv/bin/ruff format src\n" + done.stdout + done.stderr
 
 
 def test_mypy_finds_nothing_in_src() -> None:

@@ -11,8 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSummary", "__version__", "fresh_view", "maintain",
-           "read_table"]
+__all__ = [
+    "Pipeline",
+    "PipelineHandle",
+    "PipelineStatus",
+    "RunSummary",
+    "__version__",
+    "fresh_view",
+    "maintain",
+    "read_table",
+]
 
 if TYPE_CHECKING:
     from walspark.pipeline import Pipeline, PipelineHandle, PipelineStatus, RunSummary

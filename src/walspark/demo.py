@@ -179,14 +179,22 @@ class Workload:
 #: (PostgreSQL SQL expression, Spark SQL expression, the same in Python on an Arrow column:
 #: ``micros`` or ``md5``). Plain columns compare as they are.
 _CANONICAL: dict[str, tuple[tuple[str, ...], dict[str, tuple[str, str, str]]]] = {
-    "customers": (("id",), {"signed_up": ("(extract(epoch FROM signed_up) * 1000000)::bigint", "unix_micros(signed_up)",
-                                          "micros"),
-                            "profile": ("profile::text", "profile", "")}),
+    "customers": (
+        ("id",),
+        {
+            "signed_up": ("(extract(epoch FROM signed_up) * 1000000)::bigint", "unix_micros(signed_up)", "micros"),
+            "profile": ("profile::text", "profile", ""),
+        },
+    ),
     "products": (("id",), {"sku": ("sku::text", "sku", ""), "attrs": ("attrs::text", "attrs", "")}),
-    "orders": (("id",), {"status": ("status::text", "status", ""),
-                         "placed_at": ("(extract(epoch FROM placed_at) * 1000000)::bigint", "unix_micros(placed_at)",
-                                       "micros"),
-                         "note": ("md5(note)", "md5(note)", "md5")}),
+    "orders": (
+        ("id",),
+        {
+            "status": ("status::text", "status", ""),
+            "placed_at": ("(extract(epoch FROM placed_at) * 1000000)::bigint", "unix_micros(placed_at)", "micros"),
+            "note": ("md5(note)", "md5(note)", "md5"),
+        },
+    ),
     "order_items": (("order_id", "line"), {}),
 }
 
@@ -232,8 +240,9 @@ def table_rows(conn: psycopg.Connection, spark: SparkSession, target: str, table
     return source, target_rows
 
 
-def _delta_rs_rows(path: str, columns: list[str], keys: tuple[str, ...],
-                   canonical: dict[str, tuple[str, str, str]]) -> list[tuple] | None:
+def _delta_rs_rows(
+    path: str, columns: list[str], keys: tuple[str, ...], canonical: dict[str, tuple[str, str, str]]
+) -> list[tuple] | None:
     """The rows of a local Delta table through delta-rs's SQL engine (which maps column-mapped
     names back), canonical per column; None where Spark must read it (an object store, or a
     table feature delta-rs cannot read)."""

@@ -262,17 +262,30 @@ class TransactionAssembler:
             self._prepared[message.gid] = txn
             return []
         self.memory_bytes -= txn.buffer.memory_bytes
-        return [PreparedTransaction(
-            xid=txn.xid, gid=message.gid, first_lsn=txn.first_lsn, prepare_lsn=message.prepare_lsn,
-            end_lsn=message.end_lsn, prepare_timestamp=message.prepare_timestamp, origin=txn.origin,
-            origin_lsn=txn.origin_lsn, streamed=txn.streamed, count=txn.buffer.count, _buffer=txn.buffer,
-        )]
+        return [
+            PreparedTransaction(
+                xid=txn.xid,
+                gid=message.gid,
+                first_lsn=txn.first_lsn,
+                prepare_lsn=message.prepare_lsn,
+                end_lsn=message.end_lsn,
+                prepare_timestamp=message.prepare_timestamp,
+                origin=txn.origin,
+                origin_lsn=txn.origin_lsn,
+                streamed=txn.streamed,
+                count=txn.buffer.count,
+                _buffer=txn.buffer,
+            )
+        ]
 
     def _commit_prepared(self, lsn: int, message: CommitPrepared) -> list[Event]:
         txn = self._prepared.pop(message.gid, None)
         if txn is None and self.hand_over_prepared:
-            return [PreparedOutcome(lsn, message.xid, message.gid, True, message.commit_lsn, message.end_lsn,
-                                    message.commit_timestamp)]
+            return [
+                PreparedOutcome(
+                    lsn, message.xid, message.gid, True, message.commit_lsn, message.end_lsn, message.commit_timestamp
+                )
+            ]
         if txn is None and self.window:
             self.outcomes_before_window += 1
             return []
@@ -293,8 +306,11 @@ class TransactionAssembler:
         elif self.window:
             self.outcomes_before_window += 1
         if self.hand_over_prepared:
-            return [PreparedOutcome(lsn, message.xid, message.gid, False, 0, message.rollback_end_lsn,
-                                    message.rollback_timestamp)]
+            return [
+                PreparedOutcome(
+                    lsn, message.xid, message.gid, False, 0, message.rollback_end_lsn, message.rollback_timestamp
+                )
+            ]
         return []
 
     # -- bookkeeping --------------------------------------------------------------------------

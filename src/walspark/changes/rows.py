@@ -159,7 +159,8 @@ class ChangeRowBuilder:
                 self._generation = self.relations.generation
             assert env is not None  # else the rows went pure above
             added, seq, item = self.speedups.add_row_changes(  # type: ignore[union-attr]
-                self._batches, messages, numbered, self.protocol_version, *env, seq)
+                self._batches, messages, numbered, self.protocol_version, *env, seq
+            )
             self.rows += added
             if item is None:
                 return
@@ -247,8 +248,7 @@ class ChangeRowBuilder:
         key = id(version)  # one object per shape and number (see RelationCache._known)
         pending: Any = self._pending.get(key)  # a _Pending, or the compiled RowBatch
         if pending is None:
-            pending = self._pending[key] = (_Pending(version) if self._pure_rows
-                                            else self.speedups.RowBatch(version))  # type: ignore[union-attr]
+            pending = self._pending[key] = _Pending(version) if self._pure_rows else self.speedups.RowBatch(version)  # type: ignore[union-attr]
         if pending.__class__ is not _Pending:  # a compiled RowBatch: the C loop takes this relation's next rows
             self._batches[relation_id] = pending
             commit_time = facts.commit_timestamp + _PG_EPOCH_US
@@ -271,8 +271,10 @@ class ChangeRowBuilder:
 
     def build(self) -> list[tuple[RelationVersion, pa.RecordBatch]]:
         """The accumulated rows, one record batch per relation version; then start afresh."""
-        out = [(p.version, self._batch(p) if p.__class__ is _Pending else self._compiled_batch(p))
-               for p in self._pending.values()]
+        out = [
+            (p.version, self._batch(p) if p.__class__ is _Pending else self._compiled_batch(p))
+            for p in self._pending.values()
+        ]
         self._pending.clear()
         self._batches.clear()
         self._origins = {None: 0}
@@ -312,9 +314,15 @@ class ChangeRowBuilder:
 
         origins = (pa.nulls(n, pa.string()) if max_origin == 0
                    else pa.array(list(self._origins), pa.string()).take(fixed(pa.int32(), origin)))  # fmt: skip
-        own = [fixed(pa.int64(), commit_lsn), fixed(pa.int64(), lsn), fixed(pa.int32(), seq), fixed(pa.int64(), xid),
-               fixed(pa.timestamp("us", tz="UTC"), commit_time), origins,
-               pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(op_offsets), pa.py_buffer(op_data)])]
+        own = [
+            fixed(pa.int64(), commit_lsn),
+            fixed(pa.int64(), lsn),
+            fixed(pa.int32(), seq),
+            fixed(pa.int64(), xid),
+            fixed(pa.timestamp("us", tz="UTC"), commit_time),
+            origins,
+            pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(op_offsets), pa.py_buffer(op_data)]),
+        ]
         new, unchanged = self._compiled_struct(rows, new=True)
         old, _ = self._compiled_struct(rows, new=False)
         return self._assemble(rows.version, n, own, new, old, unchanged)

@@ -42,8 +42,10 @@ _RAN_OUT = {
     errno.EDQUOT: "the disk quota is exhausted",
 }
 
-_ADVICE = ("free space there, raise the memory budget (so that fewer transactions spill) or point the spill "
-           "directory elsewhere")
+_ADVICE = (
+    "free space there, raise the memory budget (so that fewer transactions spill) or point the spill "
+    "directory elsewhere"
+)
 
 
 def spill_error(exc: OSError, action: str, path: Path) -> SpillError:

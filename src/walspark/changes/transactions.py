@@ -15,8 +15,7 @@ from walspark.protocol import Message
 
 from .spill import Entry, SpillError
 
-__all__ = ["CommittedTransaction", "MessageSource", "NonTransactionalMessage", "PreparedOutcome",
-           "PreparedTransaction"]
+__all__ = ["CommittedTransaction", "MessageSource", "NonTransactionalMessage", "PreparedOutcome", "PreparedTransaction"]
 
 
 class MessageSource(Protocol):

@@ -25,7 +25,9 @@ from walspark.cli.group import cli
 @click.option("--proto-version", type=click.IntRange(1, 4), default=None, help="Default: the newest the server speaks.")
 @click.option("--binary/--text", default=False, help="Tuple values in binary (pgoutput 'binary' option).")
 @click.option("--messages/--no-messages", default=False, help="Include pg_logical_emit_message messages.")
-@click.option("--streaming", type=click.Choice(["off", "on", "parallel"]), default=None, help="Default: on from protocol 2.")
+@click.option(
+    "--streaming", type=click.Choice(["off", "on", "parallel"]), default=None, help="Default: on from protocol 2."
+)
 @click.option("--two-phase/--no-two-phase", default=False)
 @click.option("--upto-lsn", default=None, help="Stop at this LSN (X/Y).")
 @click.option("--upto-nchanges", type=click.IntRange(1), default=None, help="Stop after about this many changes.")
@@ -87,8 +89,12 @@ def capture(
 @cli.command()
 @click.argument("capture_file", metavar="CAPTURE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json", show_default=True)
-@click.option("--proto-version", type=click.IntRange(1, 4), default=None,
-              help="Override the capture's version (default: its metadata's, else 4, which reads every version).")
+@click.option(
+    "--proto-version",
+    type=click.IntRange(1, 4),
+    default=None,
+    help="Override the capture's version (default: its metadata's, else 4, which reads every version).",
+)
 def decode(capture_file: Path, fmt: str, proto_version: int | None) -> None:
     """Print every message of a capture file, one per line.
 

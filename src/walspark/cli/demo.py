@@ -80,7 +80,9 @@ def demo(target: Path, seconds: float, rate: float, keep_running: bool) -> None:
             workload.stop()
             spark.stop()
     click.echo("")
-    click.echo(f"{'table':<18}{'source rows':>12}{'delta rows':>12}  {'checksum (source)':<18}{'checksum (delta)':<18}match")
+    click.echo(
+        f"{'table':<18}{'source rows':>12}{'delta rows':>12}  {'checksum (source)':<18}{'checksum (delta)':<18}match"
+    )
     for r in results:
         click.echo(f"{r.table:<18}{r.source_rows:>12}{r.target_rows:>12}  {r.source_checksum:<18}"
                    f"{r.target_checksum:<18}{'yes' if r.matches else 'NO'}")  # fmt: skip

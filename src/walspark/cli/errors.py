@@ -26,10 +26,18 @@ _verbosity = 0
 # "walspark.source.errors.SlotNotFound: replication slot ..." inside a Spark-wrapped traceback.
 _WALSPARK_LINE = re.compile(r"^\s*walspark(?:\.\w+)+\.(?P<cls>\w+): (?P<msg>\S.*)$", re.MULTILINE)
 # Any "module.ClassName: message" / "ClassName: message" line of a Python traceback.
-_PYTHON_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*(?P<cls>[A-Za-z_]\w*(?:Error|Exception)): (?P<msg>\S.*)$",
-                          re.MULTILINE)
-_SPARK_WRAPPERS = ("StreamingQueryException", "PythonException", "Py4JJavaError", "AnalysisException",
-                   "SparkException", "PySparkException", "CapturedException")
+_PYTHON_LINE = re.compile(
+    r"^\s*(?:[A-Za-z_]\w*\.)*(?P<cls>[A-Za-z_]\w*(?:Error|Exception)): (?P<msg>\S.*)$", re.MULTILINE
+)
+_SPARK_WRAPPERS = (
+    "StreamingQueryException",
+    "PythonException",
+    "Py4JJavaError",
+    "AnalysisException",
+    "SparkException",
+    "PySparkException",
+    "CapturedException",
+)
 
 
 class CommandError(click.ClickException):

@@ -16,12 +16,24 @@ from walspark.cli.group import cli
 
 @cli.command("jars")
 @click.option("--s3a", is_flag=True, help="Also hadoop-aws and the AWS SDK (for s3a:// targets).")
-@click.option("--from", "source", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Copy the jars of this folder into the cache (no network needed).")
-@click.option("--spark-submit", "submit", is_flag=True,
-              help="Print a --jars argument for spark-submit instead of one jar per line.")
-@click.option("--warm", is_flag=True,
-              help="Also make the JVM's class archive (a minute, once), so that every later session starts sooner.")
+@click.option(
+    "--from",
+    "source",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Copy the jars of this folder into the cache (no network needed).",
+)
+@click.option(
+    "--spark-submit",
+    "submit",
+    is_flag=True,
+    help="Print a --jars argument for spark-submit instead of one jar per line.",
+)
+@click.option(
+    "--warm",
+    is_flag=True,
+    help="Also make the JVM's class archive (a minute, once), so that every later session starts sooner.",
+)
 def jars(s3a: bool, source: Path | None, submit: bool, warm: bool) -> None:
     """Find (or fetch once into the local cache) the jars walspark's Spark sessions use."""
     with cli_errors():

@@ -14,19 +14,40 @@ from walspark.cli.group import cli
 
 @cli.command("maintain")
 @click.option("--target", required=True, help="Folder or URI of the Delta tables, as given to walspark run.")
-@click.option("--state", default=None, metavar="LOCATION",
-              help="walspark's state folder, as given to walspark run (default TARGET/_walspark).")
-@click.option("--retain-hours", type=click.FloatRange(0), default=None,
-              help="VACUUM files removed longer ago than this (default: each table's retention, Delta's 7 days). "
-                   "Readers of older versions, time travel included, need the files this keeps.")
-@click.option("--keep-changes-hours", type=click.FloatRange(0), default=None,
-              help="Delete change-log rows (walspark run --change-log) folded and committed more than this many hours "
-                   "ago (default: keep every change).")
-@click.option("--optimize/--no-optimize", default=True, show_default=True,
-              help="Bin-pack files under 64 MB (OPTIMIZE) before the VACUUM.")
+@click.option(
+    "--state",
+    default=None,
+    metavar="LOCATION",
+    help="walspark's state folder, as given to walspark run (default TARGET/_walspark).",
+)
+@click.option(
+    "--retain-hours",
+    type=click.FloatRange(0),
+    default=None,
+    help="VACUUM files removed longer ago than this (default: each table's retention, Delta's 7 days). "
+    "Readers of older versions, time travel included, need the files this keeps.",
+)
+@click.option(
+    "--keep-changes-hours",
+    type=click.FloatRange(0),
+    default=None,
+    help="Delete change-log rows (walspark run --change-log) folded and committed more than this many hours "
+    "ago (default: keep every change).",
+)
+@click.option(
+    "--optimize/--no-optimize",
+    default=True,
+    show_default=True,
+    help="Bin-pack files under 64 MB (OPTIMIZE) before the VACUUM.",
+)
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
-@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
-              help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...",
+)
 def maintain_command(target: str, state: str | None, retain_hours: float | None, keep_changes_hours: float | None,
                      optimize: bool, master: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """OPTIMIZE small files and VACUUM every Delta table of the pipeline writing TARGET; fold its progress rows."""

@@ -12,12 +12,26 @@ from walspark.cli.group import cli
 
 
 @cli.command("resnapshot")
-@click.option("--target", required=True, type=click.Path(file_okay=False),
-              help="Folder of the Delta tables, as given to walspark run.")
-@click.option("--state", default=None, metavar="LOCATION",
-              help="walspark's state folder, as given to walspark run (default TARGET/_walspark).")
-@click.option("--table", "tables", required=True, multiple=True, metavar="SCHEMA.TABLE",
-              help="Table to copy again (repeatable; a bare name means public; quote parts with \" as in SQL).")
+@click.option(
+    "--target",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder of the Delta tables, as given to walspark run.",
+)
+@click.option(
+    "--state",
+    default=None,
+    metavar="LOCATION",
+    help="walspark's state folder, as given to walspark run (default TARGET/_walspark).",
+)
+@click.option(
+    "--table",
+    "tables",
+    required=True,
+    multiple=True,
+    metavar="SCHEMA.TABLE",
+    help='Table to copy again (repeatable; a bare name means public; quote parts with " as in SQL).',
+)
 def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
     """Ask the pipeline writing TARGET to copy these tables again, without stopping the stream."""
     from walspark.source.errors import OptionError
@@ -27,12 +41,16 @@ def resnapshot(target: str, state: str | None, tables: tuple[str, ...]) -> None:
 
     layout = TargetLayout(target, state)
     if not layout.home_location().list():
-        raise click.ClickException(f"{target} holds no walspark pipeline (no _walspark folder); "
-                                   "give the --target of walspark run")
+        raise click.ClickException(
+            f"{target} holds no walspark pipeline (no _walspark folder); give the --target of walspark run"
+        )
     try:  # a name that does not parse, or is not one of the pipeline's tables
         names = [parse_table_name(t) for t in tables]
         path = request_resnapshot(layout, names)
     except (ValueError, OptionError) as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "
-               "walspark run picks it up at its next check", err=True)
+    click.echo(
+        f"re-copy of {', '.join(f'{s}.{t}' for s, t in names)} requested ({path.name}); "
+        "walspark run picks it up at its next check",
+        err=True,
+    )

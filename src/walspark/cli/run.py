@@ -19,8 +19,13 @@ from walspark.cli.options import settings_options
 @cli.command("run")
 @settings_options
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
-@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
-              help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...",
+)
 def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
@@ -30,15 +35,21 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
     with cli_errors(dsn):
         conf = parse_confs(confs)
         pipeline = Pipeline.from_settings(replace(RunSettings(**options), conf=conf)).on_progress(
-            lambda text: click.echo(text, err=True))
+            lambda text: click.echo(text, err=True)
+        )
         pipeline.check()  # before the JVM starts: a wrong DSN or name costs a second, not thirty
         from pyspark.sql import SparkSession
 
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        spark = spark_session("walspark-run", master=master, conf=conf, short_lived=once,
-                              locations=tuple(loc for loc in (options["target"], state) if loc))
+        spark = spark_session(
+            "walspark-run",
+            master=master,
+            conf=conf,
+            short_lived=once,
+            locations=tuple(loc for loc in (options["target"], state) if loc),
+        )
         if owned:
             quiet_spark_errors(spark)
         try:

@@ -107,8 +107,10 @@ def slot_list(dsn: str, all_databases: bool, as_json: bool) -> None:
     if not slots:
         click.echo("no replication slots" + ("" if all_databases else f" in database {database}"))
         return
-    header = f"{'slot':<24} {'plugin':<10} {'database':<14} {'active':<6} {'confirmed_flush':>16} " \
-             f"{'restart_lsn':>14} {'lag bytes':>12} {'retained bytes':>15} wal_status"
+    header = (
+        f"{'slot':<24} {'plugin':<10} {'database':<14} {'active':<6} {'confirmed_flush':>16} "
+        f"{'restart_lsn':>14} {'lag bytes':>12} {'retained bytes':>15} wal_status"
+    )
     click.echo(header)
     for s in slots:
         d = s.to_dict()
@@ -162,8 +164,12 @@ def status(dsn: str | None, name: str | None, target: str | None, state: str | N
         ("wal_status", info.wal_status or "-"),
     ]
     if info.invalidated:
-        rows.append(("INVALIDATED", (info.invalidation_reason or "wal_status lost")
-                     + ": drop the slot, create a new one and re-snapshot"))
+        rows.append(
+            (
+                "INVALIDATED",
+                (info.invalidation_reason or "wal_status lost") + ": drop the slot, create a new one and re-snapshot",
+            )
+        )
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
@@ -197,19 +203,27 @@ def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: 
     now = time.time()
 
     def ago(at: float | None) -> str:
-        return "-" if at is None else f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))} ({format_seconds(max(now - at, 0))} ago)"
+        return (
+            "-"
+            if at is None
+            else f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))} ({format_seconds(max(now - at, 0))} ago)"
+        )
 
     for n, r in enumerate(records):
         if n:
             click.echo("")
         running = {True: "running", False: "not running", None: "running elsewhere?"}[r["running"]]
-        state_line = f"{r['state']} ({running}: pid {r['pid']} on {r['host']})" if r["state"] in ACTIVE_PHASES \
-            else r["state"]
+        state_line = (
+            f"{r['state']} ({running}: pid {r['pid']} on {r['host']})" if r["state"] in ACTIVE_PHASES else r["state"]
+        )
         behind = "-" if r.get("lag_seconds") is None else f"{format_seconds(r['lag_seconds'])} behind the source"
         if r.get("slot_lag_bytes") is not None:
             behind += f", slot lag {format_bytes(r['slot_lag_bytes'])}"
-        last = "-" if r.get("last_batch_id") is None else \
-            f"batch {r['last_batch_id']}: {r['last_batch_rows']:,} change rows, {ago(r.get('last_batch_at'))}"
+        last = (
+            "-"
+            if r.get("last_batch_id") is None
+            else f"batch {r['last_batch_id']}: {r['last_batch_rows']:,} change rows, {ago(r.get('last_batch_at'))}"
+        )
         rows = [
             ("slot", r["slot"]),
             ("state", state_line),

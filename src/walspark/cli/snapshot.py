@@ -14,21 +14,43 @@ from walspark.cli.group import cli
 
 
 @cli.command("snapshot")
-@click.option("--dsn", required=True, envvar="WALSPARK_DSN",
-              help="libpq connection string or URI of the source database (or $WALSPARK_DSN).")
+@click.option(
+    "--dsn",
+    required=True,
+    envvar="WALSPARK_DSN",
+    help="libpq connection string or URI of the source database (or $WALSPARK_DSN).",
+)
 @click.option("--publication", required=True, help="Publication whose tables are copied.")
 @click.option("--slot", required=True, help="Slot to create (1-63 of [a-z0-9_]); streaming continues from it.")
-@click.option("--target", required=True, type=click.Path(file_okay=False),
-              help="Folder of the Delta tables (<target>/<schema>/<table>).")
-@click.option("--parallelism", type=click.IntRange(1), default=None,
-              help="Tasks a big table is split into at least (default: Spark's default parallelism).")
-@click.option("--partition-rows", type=click.IntRange(1), default=None,
-              help="Rows per CTID-range task (default 50,000).")
+@click.option(
+    "--target",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder of the Delta tables (<target>/<schema>/<table>).",
+)
+@click.option(
+    "--parallelism",
+    type=click.IntRange(1),
+    default=None,
+    help="Tasks a big table is split into at least (default: Spark's default parallelism).",
+)
+@click.option(
+    "--partition-rows", type=click.IntRange(1), default=None, help="Rows per CTID-range task (default 50,000)."
+)
 @click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
 @click.option("--redo", is_flag=True, help="Snapshot again even if the target records a complete snapshot.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress still on stderr).")
-def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: int | None,
-             partition_rows: int | None, master: str | None, redo: bool, as_json: bool) -> None:
+def snapshot(
+    dsn: str,
+    publication: str,
+    slot: str,
+    target: str,
+    parallelism: int | None,
+    partition_rows: int | None,
+    master: str | None,
+    redo: bool,
+    as_json: bool,
+) -> None:
     """Copy the publication's tables in one exported snapshot; print the consistent point."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
 
@@ -47,15 +69,31 @@ def snapshot(dsn: str, publication: str, slot: str, target: str, parallelism: in
         if owned:
             quiet_spark_errors(spark)
         try:
-            result = run_snapshot(spark, dsn, publication, slot, target, parallelism=parallelism,
-                                  partition_rows=partition_rows or DEFAULT_PARTITION_ROWS, redo=redo,
-                                  progress=console_progress())
+            result = run_snapshot(
+                spark,
+                dsn,
+                publication,
+                slot,
+                target,
+                parallelism=parallelism,
+                partition_rows=partition_rows or DEFAULT_PARTITION_ROWS,
+                redo=redo,
+                progress=console_progress(),
+            )
         finally:
             if owned:
                 spark.stop()
     if as_json:
-        click.echo(json.dumps({"slot": result.slot, "consistent_point": result.consistent_point_text,
-                               "skipped": result.skipped, "tables": [t.to_dict() for t in result.tables]}))
+        click.echo(
+            json.dumps(
+                {
+                    "slot": result.slot,
+                    "consistent_point": result.consistent_point_text,
+                    "skipped": result.skipped,
+                    "tables": [t.to_dict() for t in result.tables],
+                }
+            )
+        )
         return
     if result.skipped:
         click.echo(f"snapshot already complete in {target}")

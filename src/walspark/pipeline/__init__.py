@@ -12,5 +12,14 @@ from walspark.pipeline.runner import run_pipeline
 from walspark.pipeline.settings import RunSettings, StopSwitch
 from walspark.pipeline.status import PipelineStatus, RunSummary
 
-__all__ = ["Pipeline", "PipelineHandle", "PipelineStatus", "RunSettings", "RunSummary", "SchemaStuckError",
-           "StopSwitch", "preflight", "run_pipeline"]
+__all__ = [
+    "Pipeline",
+    "PipelineHandle",
+    "PipelineStatus",
+    "RunSettings",
+    "RunSummary",
+    "SchemaStuckError",
+    "StopSwitch",
+    "preflight",
+    "run_pipeline",
+]

@@ -102,8 +102,9 @@ class Pipeline:
         """Maintain the Delta tables every ``every_hours`` while running (default 24; 0: never):
         compact small files, VACUUM files older than ``retain_hours`` (None: each table's
         retention, Delta's 7 days unless set), fold the progress rows. See :func:`walspark.maintain`."""
-        return self._set(maintenance_hours=float(every_hours),
-                         retain_hours=None if retain_hours is None else float(retain_hours))
+        return self._set(
+            maintenance_hours=float(every_hours), retain_hours=None if retain_hours is None else float(retain_hours)
+        )
 
     def change_log(self, enabled: bool = True, fold_seconds: float = 0.0,
                    keep_hours: float | None = None) -> Pipeline:  # fmt: skip
@@ -113,8 +114,11 @@ class Pipeline:
         :func:`walspark.read_table` reads a table with the changes not folded yet. Maintenance
         deletes change-log rows folded and committed more than ``keep_hours`` ago (None: the
         change logs keep every change, the tables' CDC feed)."""
-        return self._set(change_log=bool(enabled), fold_seconds=float(fold_seconds),
-                         keep_changes_hours=None if keep_hours is None else float(keep_hours))
+        return self._set(
+            change_log=bool(enabled),
+            fold_seconds=float(fold_seconds),
+            keep_changes_hours=None if keep_hours is None else float(keep_hours),
+        )
 
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
@@ -147,8 +151,13 @@ class Pipeline:
 
     def settings(self, *, once: bool = False) -> RunSettings:
         """The :class:`RunSettings` of the next run (a fresh stop switch each time)."""
-        return replace(self._settings, once=once, options=dict(self._settings.options),
-                       conf=dict(self._settings.conf), stop=StopSwitch())
+        return replace(
+            self._settings,
+            once=once,
+            options=dict(self._settings.options),
+            conf=dict(self._settings.conf),
+            stop=StopSwitch(),
+        )
 
     def check(self) -> Pipeline:
         """Run the preflight checks now (``run_once`` and ``start`` run them too): the DSN, the

@@ -24,8 +24,17 @@ if TYPE_CHECKING:
     from walspark.pipeline.status import Tracker
     from walspark.staging.offsets import CommittedBatch
 
-__all__ = ["APPLIED", "BARRIER", "DRIVER_BATCH", "QUERY", "ArrowFrame", "Outcome", "apply_from_driver",
-           "begin_checkpoint", "enabled"]
+__all__ = [
+    "APPLIED",
+    "BARRIER",
+    "DRIVER_BATCH",
+    "QUERY",
+    "ArrowFrame",
+    "Outcome",
+    "apply_from_driver",
+    "begin_checkpoint",
+    "enabled",
+]
 
 log = logging.getLogger(__name__)
 

@@ -76,7 +76,10 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
         return None
     if any(state.syncing or state.cuts for state in sync.store.all()):
         return None
-    options = {"proto_version": "1", "publication_names": publication_names_value(publication_list(settings.publication))}
+    options = {
+        "proto_version": "1",
+        "publication_names": publication_names_value(publication_list(settings.publication)),
+    }
     with connect_sql(settings.dsn) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, coalesce(confirmed_flush_lsn, restart_lsn)"
                            " - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",

@@ -56,8 +56,9 @@ def preflight(settings: RunSettings) -> None:
     check_target(settings.layout.home_location(storage), "--state" if settings.state else "--target")
     record = read_record(settings.layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
-    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
-                         slot_free_within=SLOT_FREE_SECONDS)
+    check = check_source(
+        settings.dsn, publications=[settings.publication], slot=settings.slot, slot_free_within=SLOT_FREE_SECONDS
+    )
     if unfinished or not check.slot_exists:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
@@ -94,11 +95,15 @@ def check_target(home: Location, option: str = "--target") -> None:
         found = home.fs.get_file_info(bucket).type != pafs.FileType.NotFound
     except OSError as exc:
         reason = " ".join(str(exc).split())[:200]
-        raise OptionError(f"{option}: the object store did not answer for bucket {bucket!r} ({reason}); check the "
-                          "endpoint and the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)") from None
+        raise OptionError(
+            f"{option}: the object store did not answer for bucket {bucket!r} ({reason}); check the "
+            "endpoint and the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)"
+        ) from None
     if not found:
-        raise OptionError(f"{option}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
-                          "create it, or check the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)")
+        raise OptionError(
+            f"{option}: bucket {bucket!r} does not exist (or these credentials cannot see it); "
+            "create it, or check the credentials (AWS_* variables or --conf spark.hadoop.fs.s3a.*)"
+        )
 
 
 def check_scd2_tables(settings: RunSettings) -> None:
@@ -120,8 +125,10 @@ def check_scd2_tables(settings: RunSettings) -> None:
     which = f"publication {names[0]!r}" if len(names) == 1 else "publications " + ", ".join(repr(n) for n in names)
     for table in settings.scd2:
         if table not in published:
-            raise OptionError(f"--scd2 {table!r} is not a table of {which} "
-                              f"(their tables: {', '.join(sorted(published)) or 'none'}); use schema.table")
+            raise OptionError(
+                f"--scd2 {table!r} is not a table of {which} "
+                f"(their tables: {', '.join(sorted(published)) or 'none'}); use schema.table"
+            )
 
 
 def needs_snapshot(settings: RunSettings) -> bool:

@@ -33,8 +33,10 @@ MAX_SCHEMA_RESTARTS = 1000
 #: twice; a host where it keeps happening gets the error.
 WORKER_START_RETRIES = 5
 WORKER_START_BACKOFF = 3.0
-_WORKER_START_FAILURES = ("Python worker failed to connect back",
-                          "Timed out while waiting for the Python worker to connect back")
+_WORKER_START_FAILURES = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
 
 #: How long a stop waits for the running batch to end before interrupting it.
 STOP_GRACE_SECONDS = 20.0
@@ -42,6 +44,7 @@ STOP_GRACE_SECONDS = 20.0
 
 class SchemaStuckError(RuntimeError):
     """A schema change the pipeline cannot get past: the restarted query stopped at the same place."""
+
 
 #: Change-log mode's bound on change rows per micro-batch unless ``max_rows_per_batch`` is given:
 #: a batch is read to the driver as Arrow (see :mod:`walspark.spark.lake.driver_append`), so a
@@ -107,8 +110,10 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
             .option("checkpointLocation", settings.checkpoint)
             .queryName(settings.query_name)
         )
-        writer = writer.trigger(availableNow=True) if settings.once else writer.trigger(
-            processingTime=f"{settings.trigger_seconds} seconds"
+        writer = (
+            writer.trigger(availableNow=True)
+            if settings.once
+            else writer.trigger(processingTime=f"{settings.trigger_seconds} seconds")
         )
         query = writer.start()
         applied = tracker.batches
@@ -131,8 +136,10 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
             if any(failure in str(exc) for failure in _WORKER_START_FAILURES):
                 worker_failures = 1 if tracker.batches > applied else worker_failures + 1
                 if worker_failures <= WORKER_START_RETRIES:
-                    say(f"Spark could not start a Python worker within its 10 s (a busy host): restarting the query "
-                        f"from its checkpoint ({worker_failures}/{WORKER_START_RETRIES})")
+                    say(
+                        f"Spark could not start a Python worker within its 10 s (a busy host): restarting the query "
+                        f"from its checkpoint ({worker_failures}/{WORKER_START_RETRIES})"
+                    )
                     settings.stop.requested.wait(WORKER_START_BACKOFF * worker_failures)
                     continue
             raise
@@ -180,7 +187,9 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
             tracker.phase("streaming")
         follow_catalog(spark, sink, schema, sync.published())  # as before a query
         barrier, restarts = read_barrier(settings.staging), 0
-        while (outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report)) == BARRIER:
+        while (
+            outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report)
+        ) == BARRIER:
             restarts += 1  # a schema change: declared and followed as a query's restart does
             if restarts > MAX_SCHEMA_RESTARTS:
                 return False
@@ -207,8 +216,10 @@ def maintain_if_due(spark: SparkSession, settings: RunSettings, schedule: Any, s
     from walspark.spark.lake.maintenance import maintain
 
     retention = "each table's retention" if settings.retain_hours is None else f"{settings.retain_hours:g} h"
-    say(f"maintaining the Delta tables (progress rows folded, small files compacted, VACUUM of files older "
-        f"than {retention})")
+    say(
+        f"maintaining the Delta tables (progress rows folded, small files compacted, VACUUM of files older "
+        f"than {retention})"
+    )
     done = maintain(spark, settings.target, state=settings.state, retain_hours=settings.retain_hours,
                     keep_changes_hours=settings.keep_changes_hours, stop=settings.stop.requested, say=say)  # fmt: skip
     freed = sum(m.bytes_before - m.bytes_after for m in done)

@@ -81,30 +81,47 @@ class RunSettings:
     options: dict[str, str] = field(default_factory=dict)
     stop: StopSwitch = field(default_factory=StopSwitch, repr=False, compare=False)
     sync_check_seconds: float = _option(
-        "How often tables joining or leaving the publication and re-copy requests are checked.", 5.0, minimum=0.1)
+        "How often tables joining or leaving the publication and re-copy requests are checked.", 5.0, minimum=0.1
+    )
     sync_chunk_rows: int = _option(
         "Rows per chunk when a table is copied while streaming (a crash resumes by chunk; each wave of "
-        "chunks is one Delta commit).", 50_000, minimum=1)
+        "chunks is one Delta commit).",
+        50_000,
+        minimum=1,
+    )
     state: str | None = _option(
         "Folder or object-store URI of walspark's own files: snapshot record, checkpoint, staging, table-sync "
-        "state (default TARGET/_walspark).", None, metavar="LOCATION")
+        "state (default TARGET/_walspark).",
+        None,
+        metavar="LOCATION",
+    )
     #: Spark settings (``--conf KEY=VALUE``), e.g. ``spark.hadoop.fs.s3a.*`` for the object store:
     #: the CLI's session is made with them, and the preflight reads storage credentials from them
     #: before Spark is up.
     conf: dict[str, str] = field(default_factory=dict, repr=False)
     maintenance_hours: float = _option(
         "Hours between maintenance runs (OPTIMIZE of small files, VACUUM, progress rows folded) while running "
-        "(0: never; see walspark maintain).", DEFAULT_MAINTENANCE_HOURS, minimum=0)
-    retain_hours: float | None = _option("VACUUM's retention (default: each table's own, Delta's 7 days).",
-                                         None, minimum=0)
+        "(0: never; see walspark maintain).",
+        DEFAULT_MAINTENANCE_HOURS,
+        minimum=0,
+    )
+    retain_hours: float | None = _option(
+        "VACUUM's retention (default: each table's own, Delta's 7 days).", None, minimum=0
+    )
     change_log: bool = _option(
         "Append each batch to TARGET/_changes/<schema>/<table> and fold the Delta tables from it in the "
-        "background (fresher, no MERGE per batch; see walspark.read_table).", False)
+        "background (fresher, no MERGE per batch; see walspark.read_table).",
+        False,
+    )
     fold_seconds: float = _option(
-        "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0)
+        "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0
+    )
     keep_changes_hours: float | None = _option(
         "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
-        "ago (default: keep every change).", None, minimum=0)
+        "ago (default: keep every change).",
+        None,
+        minimum=0,
+    )
 
     @property
     def layout(self) -> TargetLayout:

@@ -21,8 +21,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from walspark.storage.layout import TargetLayout
 
-__all__ = ["ACTIVE_PHASES", "PHASES", "BatchProgress", "PipelineStatus", "RunSummary", "Tracker", "read_status_files",
-           "status_writer"]
+__all__ = [
+    "ACTIVE_PHASES",
+    "PHASES",
+    "BatchProgress",
+    "PipelineStatus",
+    "RunSummary",
+    "Tracker",
+    "read_status_files",
+    "status_writer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +68,14 @@ class BatchProgress:
         ``numInputRows``, ``timestamp`` in ISO 8601), and walspark's own."""
         from datetime import datetime
 
-        return {"batchId": self.batch_id, "numInputRows": self.rows,
-                "timestamp": datetime.fromtimestamp(self.timestamp, UTC).isoformat(timespec="milliseconds"),
-                "rowsByTable": dict(self.rows_by_table), "commitLsn": self.commit_lsn, "lagSeconds": self.lag_seconds}
+        return {
+            "batchId": self.batch_id,
+            "numInputRows": self.rows,
+            "timestamp": datetime.fromtimestamp(self.timestamp, UTC).isoformat(timespec="milliseconds"),
+            "rowsByTable": dict(self.rows_by_table),
+            "commitLsn": self.commit_lsn,
+            "lagSeconds": self.lag_seconds,
+        }
 
 
 @dataclass(frozen=True, slots=True)

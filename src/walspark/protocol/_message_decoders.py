@@ -131,8 +131,12 @@ def _decode_message(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bo
     (length,) = _head("Message", buf, pos, _CONTENT_LENGTH, lsn)
     remaining = len(buf) - pos - 4
     if length < 0 or length > remaining:
-        raise _error("Message", pos, lsn, f"content length {length} is "
-                     + ("negative" if length < 0 else f"beyond the {remaining} remaining bytes"))
+        raise _error(
+            "Message",
+            pos,
+            lsn,
+            f"content length {length} is " + ("negative" if length < 0 else f"beyond the {remaining} remaining bytes"),
+        )
     pos += 4
     _end("Message", buf, pos + length, lsn)
     return Message(xid, flags == 1, message_lsn, prefix, buf[pos:])
@@ -150,8 +154,9 @@ def _decode_relation(buf: bytes, lsn: int | None, in_stream: bool, abort_info: b
     pos += _RELATION_TAIL.size
     # Each column needs at least flags + NUL + type OID + type modifier = 10 bytes.
     if ncols * 10 > len(buf) - pos:
-        raise _error("Relation", pos - 2, lsn,
-                     f"column count {ncols} does not fit the {len(buf) - pos} remaining bytes")
+        raise _error(
+            "Relation", pos - 2, lsn, f"column count {ncols} does not fit the {len(buf) - pos} remaining bytes"
+        )
     columns = []
     for _ in range(ncols):
         (flags,) = _head("Relation", buf, pos, _COLUMN_FLAGS, lsn)
@@ -209,8 +214,9 @@ def _decode_update(buf: bytes, lsn: int | None, in_stream: bool, abort_info: boo
             old_tuple = old
         (second,) = _head("Update", buf, pos, _TUPLE_TAG, lsn)
         if second == _K or second == _O:
-            raise _error("Update", pos, lsn,
-                         f"{_show(tag)} part followed by {_show(second)}: 'K' and 'O' never both appear")
+            raise _error(
+                "Update", pos, lsn, f"{_show(tag)} part followed by {_show(second)}: 'K' and 'O' never both appear"
+            )
         tag = second
         pos += 1
     if tag != _N:
@@ -234,8 +240,9 @@ def _decode_delete(buf: bytes, lsn: int | None, in_stream: bool, abort_info: boo
     old, pos = _read_tuple("Delete", buf, pos + 5, lsn)
     if pos != len(buf):
         if buf[pos] == _K or buf[pos] == _O:
-            raise _error("Delete", pos, lsn,
-                         f"{_show(tag)} part followed by {_show(buf[pos])}: 'K' and 'O' never both appear")
+            raise _error(
+                "Delete", pos, lsn, f"{_show(tag)} part followed by {_show(buf[pos])}: 'K' and 'O' never both appear"
+            )
         raise _trailing("Delete", pos, buf, lsn)
     if tag == _K:
         return _new_delete(xid, relation_id, old, None)
@@ -306,8 +313,12 @@ def _decode_truncate(buf: bytes, lsn: int | None, in_stream: bool, abort_info: b
     body = pos + _TRUNCATE.size
     remaining = len(buf) - body
     if count < 0 or count * 4 > remaining:
-        raise _error("Truncate", pos, lsn, f"relation count {count} is "
-                     + ("negative" if count < 0 else f"beyond the {remaining} remaining bytes"))
+        raise _error(
+            "Truncate",
+            pos,
+            lsn,
+            f"relation count {count} is " + ("negative" if count < 0 else f"beyond the {remaining} remaining bytes"),
+        )
     _end("Truncate", buf, body + count * 4, lsn)
     relation_ids = struct.unpack_from(f">{count}I", buf, body)
     return Truncate(xid, options, relation_ids)
@@ -355,31 +366,36 @@ def _decode_stream_abort(buf: bytes, lsn: int | None, in_stream: bool, abort_inf
 
 def _decode_begin_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> BeginPrepare:
     (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
-        "Begin Prepare", buf, _BEGIN_PREPARE, lsn, has_flags=False)
+        "Begin Prepare", buf, _BEGIN_PREPARE, lsn, has_flags=False
+    )
     return BeginPrepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
 
 
 def _decode_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> Prepare:
     (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
-        "Prepare", buf, _PREPARE, lsn, has_flags=True)
+        "Prepare", buf, _PREPARE, lsn, has_flags=True
+    )
     return Prepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
 
 
 def _decode_commit_prepared(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> CommitPrepared:
     (commit_lsn, end_lsn, commit_timestamp, xid), gid = _read_head_and_gid(
-        "Commit Prepared", buf, _COMMIT_PREPARED, lsn, has_flags=True)
+        "Commit Prepared", buf, _COMMIT_PREPARED, lsn, has_flags=True
+    )
     return CommitPrepared(commit_lsn, end_lsn, commit_timestamp, xid, gid)
 
 
-def _decode_rollback_prepared(buf: bytes, lsn: int | None, in_stream: bool,
-                              abort_info: bool | None) -> RollbackPrepared:
+def _decode_rollback_prepared(
+    buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None
+) -> RollbackPrepared:
     (prepare_end_lsn, rollback_end_lsn, prepare_timestamp, rollback_timestamp, xid), gid = _read_head_and_gid(
-        "Rollback Prepared", buf, _ROLLBACK_PREPARED, lsn, has_flags=True)
+        "Rollback Prepared", buf, _ROLLBACK_PREPARED, lsn, has_flags=True
+    )
     return RollbackPrepared(prepare_end_lsn, rollback_end_lsn, prepare_timestamp, rollback_timestamp, xid, gid)
 
 
 def _decode_stream_prepare(buf: bytes, lsn: int | None, in_stream: bool, abort_info: bool | None) -> StreamPrepare:
     (prepare_lsn, end_lsn, prepare_timestamp, xid), gid = _read_head_and_gid(
-        "Stream Prepare", buf, _PREPARE, lsn, has_flags=True)
+        "Stream Prepare", buf, _PREPARE, lsn, has_flags=True
+    )
     return StreamPrepare(prepare_lsn, end_lsn, prepare_timestamp, xid, gid)
-

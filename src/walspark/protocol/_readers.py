@@ -20,8 +20,16 @@ _T = TypeVar("_T")
 # --------------------------------------------------------------------------- low-level readers
 
 
-_TYPE_NAMES: Final = {"B": "Int8", "b": "Int8", "H": "Int16", "h": "Int16",
-                      "I": "Int32", "i": "Int32", "Q": "Int64", "q": "Int64"}
+_TYPE_NAMES: Final = {
+    "B": "Int8",
+    "b": "Int8",
+    "H": "Int16",
+    "h": "Int16",
+    "I": "Int32",
+    "i": "Int32",
+    "Q": "Int64",
+    "q": "Int64",
+}
 
 
 class _Layout:
@@ -65,19 +73,22 @@ _COLUMN_KIND = _Layout(("B", "TupleData column kind"))
 _VALUE_LENGTH = _Layout(("i", "TupleData column value length"))
 _TRUNCATE = _Layout(("i", "relation count"), ("B", "option bits"))
 _STREAM_START = _Layout(("I", "Xid"), ("B", "first segment"))
-_STREAM_COMMIT = _Layout(("I", "Xid"), ("B", "flags"), ("Q", "commit LSN"), ("Q", "end LSN"),
-                         ("q", "commit timestamp"))
+_STREAM_COMMIT = _Layout(("I", "Xid"), ("B", "flags"), ("Q", "commit LSN"), ("Q", "end LSN"), ("q", "commit timestamp"))
 _STREAM_ABORT = _Layout(("I", "Xid"), ("I", "subtransaction Xid"))
-_STREAM_ABORT_V4 = _Layout(("I", "Xid"), ("I", "subtransaction Xid"), ("Q", "abort LSN"),
-                           ("q", "abort timestamp"))
-_BEGIN_PREPARE = _Layout(("Q", "prepare LSN"), ("Q", "end LSN"), ("q", "prepare timestamp"),
-                         ("I", "Xid"))
-_PREPARE = _Layout(("B", "flags"), ("Q", "prepare LSN"), ("Q", "end LSN"),
-                   ("q", "prepare timestamp"), ("I", "Xid"))
-_COMMIT_PREPARED = _Layout(("B", "flags"), ("Q", "commit LSN"), ("Q", "end LSN"),
-                           ("q", "commit timestamp"), ("I", "Xid"))
-_ROLLBACK_PREPARED = _Layout(("B", "flags"), ("Q", "prepare end LSN"), ("Q", "rollback end LSN"),
-                             ("q", "prepare timestamp"), ("q", "rollback timestamp"), ("I", "Xid"))
+_STREAM_ABORT_V4 = _Layout(("I", "Xid"), ("I", "subtransaction Xid"), ("Q", "abort LSN"), ("q", "abort timestamp"))
+_BEGIN_PREPARE = _Layout(("Q", "prepare LSN"), ("Q", "end LSN"), ("q", "prepare timestamp"), ("I", "Xid"))
+_PREPARE = _Layout(("B", "flags"), ("Q", "prepare LSN"), ("Q", "end LSN"), ("q", "prepare timestamp"), ("I", "Xid"))
+_COMMIT_PREPARED = _Layout(
+    ("B", "flags"), ("Q", "commit LSN"), ("Q", "end LSN"), ("q", "commit timestamp"), ("I", "Xid")
+)
+_ROLLBACK_PREPARED = _Layout(
+    ("B", "flags"),
+    ("Q", "prepare end LSN"),
+    ("Q", "rollback end LSN"),
+    ("q", "prepare timestamp"),
+    ("q", "rollback timestamp"),
+    ("I", "Xid"),
+)
 
 _unpack_u16 = _TUPLE_COUNT.unpack_from
 _unpack_u32 = _OID.unpack_from
@@ -134,8 +145,9 @@ def _short(kind: str, buf: bytes, pos: int, layout: _Layout, lsn: int | None) ->
     for name, rel, width, type_name in layout.fields:
         if pos + rel + width > have:
             left = max(0, have - pos - rel)
-            return _error(kind, pos + rel, lsn,
-                          f"message truncated: {type_name} {name} needs {width} bytes, {left} left")
+            return _error(
+                kind, pos + rel, lsn, f"message truncated: {type_name} {name} needs {width} bytes, {left} left"
+            )
     return _error(kind, pos, lsn, "message truncated")  # pragma: no cover - caller checked
 
 
@@ -279,8 +291,7 @@ def _read_tuple_checked(kind: str, buf: bytes, pos: int, lsn: int | None) -> tup
     ncols = _unpack_u16(buf, pos)[0]
     pos += 2
     if ncols > end - pos:
-        raise _error(kind, pos - 2, lsn,
-                     f"TupleData column count {ncols} does not fit the {end - pos} remaining bytes")
+        raise _error(kind, pos - 2, lsn, f"TupleData column count {ncols} does not fit the {end - pos} remaining bytes")
     values: list[bytes | None] = []
     append = values.append
     kinds: bytearray | None = None  # only allocated when a column is not 't'
@@ -303,8 +314,9 @@ def _read_tuple_checked(kind: str, buf: bytes, pos: int, lsn: int | None) -> tup
                 pos += 1
                 append(None)
             else:
-                raise _error(kind, pos, lsn,
-                             f"TupleData column {i} has unknown kind {_show(k)} (expected 'n', 'u', 't' or 'b')")
+                raise _error(
+                    kind, pos, lsn, f"TupleData column {i} has unknown kind {_show(k)} (expected 'n', 'u', 't' or 'b')"
+                )
             if kinds is None:
                 kinds = bytearray(b"t" * ncols)
             kinds[i] = k
@@ -315,16 +327,19 @@ def _read_tuple_checked(kind: str, buf: bytes, pos: int, lsn: int | None) -> tup
     return _new_tuple_data("t" * ncols if kinds is None else kinds.decode("ascii"), tuple(values)), pos
 
 
-def _bad_value_length(kind: str, column: int, offset: int, length: int, remaining: int,
-                      lsn: int | None) -> ProtocolError:
+def _bad_value_length(
+    kind: str, column: int, offset: int, length: int, remaining: int, lsn: int | None
+) -> ProtocolError:
     if length >= 1 << 31:
         return _error(kind, offset, lsn, f"TupleData column {column} value length {length - (1 << 32)} is negative")
-    return _error(kind, offset, lsn,
-                  f"TupleData column {column} value length {length} is beyond the {remaining} remaining bytes")
+    return _error(
+        kind, offset, lsn, f"TupleData column {column} value length {length} is beyond the {remaining} remaining bytes"
+    )
 
 
-def _read_head_and_gid(kind: str, buf: bytes, layout: _Layout, lsn: int | None,
-                       has_flags: bool) -> tuple[tuple[int, ...], str]:
+def _read_head_and_gid(
+    kind: str, buf: bytes, layout: _Layout, lsn: int | None, has_flags: bool
+) -> tuple[tuple[int, ...], str]:
     """The two-phase layout: fixed fields (optionally led by an ``Int8(0)`` flags byte), then the GID."""
     fields = _head(kind, buf, 1, layout, lsn)
     if has_flags:

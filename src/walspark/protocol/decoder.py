@@ -36,7 +36,14 @@ from ._readers import _error, _read_tuple, _show
 from .errors import ProtocolError
 from .messages import PgoutputMessage, TupleData
 
-__all__ = ["MAX_PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "Decoder", "decode_message", "read_tuple_data", "relation_ids"]
+__all__ = [
+    "MAX_PROTOCOL_VERSION",
+    "MIN_PROTOCOL_VERSION",
+    "Decoder",
+    "decode_message",
+    "read_tuple_data",
+    "relation_ids",
+]
 
 MIN_PROTOCOL_VERSION: Final = 1
 MAX_PROTOCOL_VERSION: Final = 4
@@ -56,8 +63,9 @@ class _Kind:
 
     __slots__ = ("byte", "decode", "in_stream", "name", "outside_stream", "since")
 
-    def __init__(self, letter: str, name: str, decode: _DecodeFn, since: int,
-                 *, in_stream: bool, outside_stream: bool = True) -> None:
+    def __init__(
+        self, letter: str, name: str, decode: _DecodeFn, since: int, *, in_stream: bool, outside_stream: bool = True
+    ) -> None:
         self.byte = ord(letter)
         self.name = name
         self.decode = decode
@@ -122,11 +130,14 @@ def _build_table(version: int, in_stream: bool) -> tuple[_DecodeFn, ...]:
     table: list[_DecodeFn] = [_decode_unknown] * 256
     for kind in _KINDS:
         if version < kind.since:
-            entry = _refuse(kind.name, f"{kind.name} is never sent below protocol version {kind.since}; "
-                                       f"this stream uses version {version}")
+            entry = _refuse(
+                kind.name,
+                f"{kind.name} is never sent below protocol version {kind.since}; this stream uses version {version}",
+            )
         elif in_stream and not kind.in_stream:
-            entry = _refuse(kind.name, f"{kind.name} cannot appear inside a streamed block "
-                                       "(between Stream Start and Stream Stop)")
+            entry = _refuse(
+                kind.name, f"{kind.name} cannot appear inside a streamed block (between Stream Start and Stream Stop)"
+            )
         elif not in_stream and not kind.outside_stream:
             entry = _refuse(kind.name, f"{kind.name} outside a streamed block (no Stream Start before it)")
         else:
@@ -163,10 +174,10 @@ def _abort_info(protocol_version: int, parallel: bool | None) -> bool | None:
 
 
 def _check_version(protocol_version: int) -> None:
-    if not (isinstance(protocol_version, int)
-            and MIN_PROTOCOL_VERSION <= protocol_version <= MAX_PROTOCOL_VERSION):
-        raise ValueError(f"protocol_version must be {MIN_PROTOCOL_VERSION}..{MAX_PROTOCOL_VERSION}, "
-                         f"not {protocol_version!r}")
+    if not (isinstance(protocol_version, int) and MIN_PROTOCOL_VERSION <= protocol_version <= MAX_PROTOCOL_VERSION):
+        raise ValueError(
+            f"protocol_version must be {MIN_PROTOCOL_VERSION}..{MAX_PROTOCOL_VERSION}, not {protocol_version!r}"
+        )
 
 
 def _internal(buf: bytes, lsn: int | None, exc: Exception) -> ProtocolError:
@@ -204,8 +215,9 @@ class Decoder:
 
     __slots__ = ("_abort_info", "_in_stream", "_stream_xid", "_table", "protocol_version", "streaming_parallel")
 
-    def __init__(self, protocol_version: int, *, streaming_parallel: bool | None = False,
-                 in_stream: bool = False) -> None:
+    def __init__(
+        self, protocol_version: int, *, streaming_parallel: bool | None = False, in_stream: bool = False
+    ) -> None:
         _check_version(protocol_version)
         if in_stream and protocol_version < 2:
             raise ValueError("streamed blocks exist since protocol version 2")
@@ -251,12 +263,15 @@ class Decoder:
         return message
 
     def __repr__(self) -> str:
-        return (f"Decoder(protocol_version={self.protocol_version}, "
-                f"streaming_parallel={self.streaming_parallel!r}, in_stream={self._in_stream})")
+        return (
+            f"Decoder(protocol_version={self.protocol_version}, "
+            f"streaming_parallel={self.streaming_parallel!r}, in_stream={self._in_stream})"
+        )
 
 
-def decode_message(data: Buffer, *, protocol_version: int, in_stream: bool,
-                   parallel_abort: bool | None = False, lsn: int | None = None) -> PgoutputMessage:
+def decode_message(
+    data: Buffer, *, protocol_version: int, in_stream: bool, parallel_abort: bool | None = False, lsn: int | None = None
+) -> PgoutputMessage:
     """Decode one message without tracking state: the caller says whether it lies inside a streamed block.
 
     ``parallel_abort`` has the meaning of :class:`Decoder`'s ``streaming_parallel``
@@ -290,9 +305,9 @@ def relation_ids(data: bytes, in_stream: bool) -> tuple[int, ...]:
     o = 5 if in_stream else 1  # the kind byte, then the xid inside a streamed block
     kind = data[0]
     if kind in (0x49, 0x55, 0x44):  # I, U, D
-        return (int.from_bytes(data[o:o + 4], "big"),)
+        return (int.from_bytes(data[o : o + 4], "big"),)
     if kind == 0x54:  # T: count, options, the ids
-        count = int.from_bytes(data[o:o + 4], "big")
+        count = int.from_bytes(data[o : o + 4], "big")
         base = o + 5
-        return tuple(int.from_bytes(data[base + 4 * i:base + 4 * i + 4], "big") for i in range(count))
+        return tuple(int.from_bytes(data[base + 4 * i : base + 4 * i + 4], "big") for i in range(count))
     return ()

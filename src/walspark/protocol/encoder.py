@@ -107,16 +107,27 @@ def _encode_origin(m: Origin) -> bytes:
 
 def _encode_message(m: Message) -> bytes:
     content = bytes(m.content)
-    return b"".join((_head(b"M", m.xid), _MESSAGE.pack(1 if m.transactional else 0, m.lsn),
-                     _string(m.prefix, "prefix"), _I32.pack(len(content)), content))
+    return b"".join(
+        (
+            _head(b"M", m.xid),
+            _MESSAGE.pack(1 if m.transactional else 0, m.lsn),
+            _string(m.prefix, "prefix"),
+            _I32.pack(len(content)),
+            content,
+        )
+    )
 
 
 def _encode_relation(m: Relation) -> bytes:
     if len(m.replica_identity) != 1:
         raise ValueError(f"replica_identity must be one character, not {m.replica_identity!r}")
-    parts = [_head(b"R", m.xid), _U32.pack(m.relation_id), _string(m.namespace, "namespace"),
-             _string(m.relation_name, "relation name"),
-             _RELATION_TAIL.pack(ord(m.replica_identity), len(m.columns))]
+    parts = [
+        _head(b"R", m.xid),
+        _U32.pack(m.relation_id),
+        _string(m.namespace, "namespace"),
+        _string(m.relation_name, "relation name"),
+        _RELATION_TAIL.pack(ord(m.replica_identity), len(m.columns)),
+    ]
     for column in m.columns:
         parts.append(_U8.pack(column.flags))
         parts.append(_string(column.name, "column name"))
@@ -125,8 +136,14 @@ def _encode_relation(m: Relation) -> bytes:
 
 
 def _encode_type(m: Type) -> bytes:
-    return b"".join((_head(b"Y", m.xid), _U32.pack(m.type_oid), _string(m.namespace, "namespace"),
-                     _string(m.type_name, "type name")))
+    return b"".join(
+        (
+            _head(b"Y", m.xid),
+            _U32.pack(m.type_oid),
+            _string(m.namespace, "namespace"),
+            _string(m.type_name, "type name"),
+        )
+    )
 
 
 def _encode_insert(m: Insert) -> bytes:
@@ -155,8 +172,7 @@ def _encode_delete(m: Delete) -> bytes:
 
 def _encode_truncate(m: Truncate) -> bytes:
     ids = tuple(m.relation_ids)
-    return (_head(b"T", m.xid) + _TRUNCATE.pack(len(ids), m.options)
-            + struct.pack(f">{len(ids)}I", *ids))
+    return _head(b"T", m.xid) + _TRUNCATE.pack(len(ids), m.options) + struct.pack(f">{len(ids)}I", *ids)
 
 
 def _encode_stream_start(m: StreamStart) -> bytes:
@@ -192,8 +208,13 @@ def _encode_commit_prepared(m: CommitPrepared) -> bytes:
 
 
 def _encode_rollback_prepared(m: RollbackPrepared) -> bytes:
-    return (b"r" + _ROLLBACK_PREPARED.pack(0, m.prepare_end_lsn, m.rollback_end_lsn, m.prepare_timestamp,
-                                           m.rollback_timestamp, m.xid) + _string(m.gid, "GID"))
+    return (
+        b"r"
+        + _ROLLBACK_PREPARED.pack(
+            0, m.prepare_end_lsn, m.rollback_end_lsn, m.prepare_timestamp, m.rollback_timestamp, m.xid
+        )
+        + _string(m.gid, "GID")
+    )
 
 
 def _encode_stream_prepare(m: StreamPrepare) -> bytes:

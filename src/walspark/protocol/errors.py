@@ -52,10 +52,7 @@ class ProtocolError(Exception):
         return f"{kind} at offset {offset}, LSN {lsn_text}: {self.reason}"
 
     def __repr__(self) -> str:
-        return (
-            f"ProtocolError({self.reason!r}, kind={self.kind!r}, "
-            f"offset={self.offset!r}, lsn={self.lsn!r})"
-        )
+        return f"ProtocolError({self.reason!r}, kind={self.kind!r}, offset={self.offset!r}, lsn={self.lsn!r})"
 
     def __reduce__(self):
         # Keyword-only attributes are lost by Exception's default pickling; errors raised on

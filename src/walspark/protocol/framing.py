@@ -28,8 +28,13 @@ _STATUS: Final = struct.Struct(">QQQqB")
 
 _XLOGDATA_FIELDS: Final = (("WAL data start", 8), ("WAL end", 8), ("server clock", 8))
 _KEEPALIVE_FIELDS: Final = (("WAL end", 8), ("server clock", 8), ("reply-requested byte", 1))
-_STATUS_FIELDS: Final = (("written LSN", 8), ("flushed LSN", 8), ("applied LSN", 8),
-                         ("client clock", 8), ("reply-requested byte", 1))
+_STATUS_FIELDS: Final = (
+    ("written LSN", 8),
+    ("flushed LSN", 8),
+    ("applied LSN", 8),
+    ("client clock", 8),
+    ("reply-requested byte", 1),
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -42,8 +47,7 @@ def _as_bytes(data: Buffer) -> bytes:
     raise TypeError(f"expected bytes, bytearray or memoryview, not {type(data).__name__}")
 
 
-def _check_header(kind: str, letter: int, buf: bytes, fields: tuple[tuple[str, int], ...],
-                  exact: bool) -> None:
+def _check_header(kind: str, letter: int, buf: bytes, fields: tuple[tuple[str, int], ...], exact: bool) -> None:
     """Kind byte, then enough bytes for ``fields`` (and, if ``exact``, nothing more)."""
     if not buf or buf[0] != letter:
         got = f"0x{buf[0]:02X}" if buf else "nothing"
@@ -51,12 +55,14 @@ def _check_header(kind: str, letter: int, buf: bytes, fields: tuple[tuple[str, i
     offset = 1
     for name, width in fields:
         if offset + width > len(buf):
-            raise ProtocolError(f"frame truncated: {name} needs {width} bytes, {max(0, len(buf) - offset)} left",
-                                kind=kind, offset=offset)
+            raise ProtocolError(
+                f"frame truncated: {name} needs {width} bytes, {max(0, len(buf) - offset)} left",
+                kind=kind,
+                offset=offset,
+            )
         offset += width
     if exact and len(buf) != offset:
-        raise ProtocolError(f"{len(buf) - offset} trailing bytes after the end of the frame",
-                            kind=kind, offset=offset)
+        raise ProtocolError(f"{len(buf) - offset} trailing bytes after the end of the frame", kind=kind, offset=offset)
 
 
 def _reply_flag(kind: str, value: int, offset: int, lsn: int | None) -> bool:
@@ -85,7 +91,7 @@ class XLogData:
         buf = _as_bytes(data)
         _check_header("XLogData", 0x77, buf, _XLOGDATA_FIELDS, exact=False)
         data_start, wal_end, send_time = _XLOGDATA.unpack_from(buf, 1)
-        return cls(data_start, wal_end, send_time, buf[1 + _XLOGDATA.size:])
+        return cls(data_start, wal_end, send_time, buf[1 + _XLOGDATA.size :])
 
     def encode(self) -> bytes:
         return b"w" + _pack("XLogData", _XLOGDATA, self.data_start, self.wal_end, self.send_time) + bytes(self.payload)
@@ -113,8 +119,9 @@ class PrimaryKeepalive:
         return cls(wal_end, send_time, _reply_flag("PrimaryKeepalive", reply, 17, wal_end))
 
     def encode(self) -> bytes:
-        return b"k" + _pack("PrimaryKeepalive", _KEEPALIVE, self.wal_end, self.send_time,
-                            1 if self.reply_requested else 0)
+        return b"k" + _pack(
+            "PrimaryKeepalive", _KEEPALIVE, self.wal_end, self.send_time, 1 if self.reply_requested else 0
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +145,18 @@ class StandbyStatusUpdate:
         buf = _as_bytes(data)
         _check_header("StandbyStatusUpdate", 0x72, buf, _STATUS_FIELDS, exact=True)
         written, flushed, applied, client_time, reply = _STATUS.unpack_from(buf, 1)
-        return cls(written, flushed, applied, client_time,
-                   _reply_flag("StandbyStatusUpdate", reply, 33, flushed))
+        return cls(written, flushed, applied, client_time, _reply_flag("StandbyStatusUpdate", reply, 33, flushed))
 
     def encode(self) -> bytes:
-        return b"r" + _pack("StandbyStatusUpdate", _STATUS, self.written, self.flushed, self.applied,
-                            self.client_time, 1 if self.reply_requested else 0)
+        return b"r" + _pack(
+            "StandbyStatusUpdate",
+            _STATUS,
+            self.written,
+            self.flushed,
+            self.applied,
+            self.client_time,
+            1 if self.reply_requested else 0,
+        )
 
 
 def _pack(kind: str, layout: struct.Struct, *values: int) -> bytes:
@@ -156,7 +169,10 @@ def _pack(kind: str, layout: struct.Struct, *values: int) -> bytes:
 Frame: TypeAlias = XLogData | PrimaryKeepalive | StandbyStatusUpdate
 
 _FRAMES: Final[dict[int, type[XLogData] | type[PrimaryKeepalive] | type[StandbyStatusUpdate]]] = {
-    0x77: XLogData, 0x6B: PrimaryKeepalive, 0x72: StandbyStatusUpdate}
+    0x77: XLogData,
+    0x6B: PrimaryKeepalive,
+    0x72: StandbyStatusUpdate,
+}
 
 
 def decode_frame(data: Buffer) -> Frame:
@@ -167,8 +183,9 @@ def decode_frame(data: Buffer) -> Frame:
     frame = _FRAMES.get(buf[0])
     if frame is None:
         label = chr(buf[0]) if 0x21 <= buf[0] <= 0x7E else f"0x{buf[0]:02X}"
-        raise ProtocolError(f"unknown replication frame kind {label!r} (expected 'w', 'k' or 'r')",
-                            kind=label, offset=0)
+        raise ProtocolError(
+            f"unknown replication frame kind {label!r} (expected 'w', 'k' or 'r')", kind=label, offset=0
+        )
     return frame.decode(buf)
 
 

@@ -155,12 +155,12 @@ def published_tables(conn: Any, publications: str | Iterable[str]) -> list[Publi
             raise ColumnListConflict(
                 f"table {schema}.{table} has different column lists in publications {pubs}: PostgreSQL cannot "
                 "stream it (pgoutput refuses); give it the same column list in every publication, or stream "
-                "them separately")
+                "them separately"
+            )
         attnames = column_lists.pop()
         sent = tuple(c for c, generated in columns.get(oid, ()) if _sent(major, attnames, c.name, generated))
         filters = [r[7] for r in group]
-        row_filter = None if any(f is None for f in filters) else " OR ".join(
-            f"({f})" for f in dict.fromkeys(filters))
+        row_filter = None if any(f is None for f in filters) else " OR ".join(f"({f})" for f in dict.fromkeys(filters))
         result.append(PublishedTable(int(oid), schema, table, relkind, sent, row_filter, tuple(r[4] for r in group)))
     return result
 
@@ -169,31 +169,42 @@ def _columns(conn: Any, major: int, oids: list[int]) -> dict[int, list[tuple[Pub
     """Each relation's live columns in attnum order, each with whether it is generated."""
     if not oids:
         return {}
-    leaves = ("SELECT a.attrelid UNION ALL SELECT relid FROM pg_partition_tree(a.attrelid) WHERE isleaf"
-              if major >= 12 else "SELECT a.attrelid")
+    leaves = (
+        "SELECT a.attrelid UNION ALL SELECT relid FROM pg_partition_tree(a.attrelid) WHERE isleaf"
+        if major >= 12
+        else "SELECT a.attrelid"
+    )
     query = _COLUMNS_QUERY.format(
         generated="a.attgenerated <> ''" if major >= 12 else "false",
         missing=_MISSING.format(leaves=leaves) if major >= 11 else "NULL::text",
     )  # constants chosen by server version, never user input
     out: dict[int, list[tuple[PublishedColumn, bool]]] = {}
     for relid, attnum, name, type_oid, typmod, generated, has_default, missing in _run(
-            conn, sql.SQL(query), (oids,), what="cannot read the published tables' columns"):
+        conn, sql.SQL(query), (oids,), what="cannot read the published tables' columns"
+    ):
         column = PublishedColumn(name, int(attnum), int(type_oid), int(typmod), missing, bool(has_default))
         out.setdefault(int(relid), []).append((column, bool(generated)))
     return out
 
 
-def _drop_published_ancestors_partitions(conn: Any, grouped: dict[int, list[tuple[Any, ...]]]
-                                         ) -> dict[int, list[tuple[Any, ...]]]:
+def _drop_published_ancestors_partitions(
+    conn: Any, grouped: dict[int, list[tuple[Any, ...]]]
+) -> dict[int, list[tuple[Any, ...]]]:
     """Without the partitions whose ancestor is also listed (``filter_partitions`` in pg_publication.c).
 
     ``pg_publication_tables`` applies this within one publication only; across publications
     pgoutput publishes a partition's changes as its top-most published ancestor's.
     """
     listed = set(grouped)
-    rows = _run(conn, sql.SQL("SELECT r.oid::int8, a.relid::oid::int8 FROM unnest(%s::int8[]) AS r(oid),"
-                              " LATERAL pg_partition_ancestors(r.oid::oid) a WHERE a.relid::oid <> r.oid::oid"),
-                ([*listed],), what="cannot read partition ancestors")
+    rows = _run(
+        conn,
+        sql.SQL(
+            "SELECT r.oid::int8, a.relid::oid::int8 FROM unnest(%s::int8[]) AS r(oid),"
+            " LATERAL pg_partition_ancestors(r.oid::oid) a WHERE a.relid::oid <> r.oid::oid"
+        ),
+        ([*listed],),
+        what="cannot read partition ancestors",
+    )
     covered = {int(oid) for oid, ancestor in rows if int(ancestor) in listed}
     return {oid: group for oid, group in grouped.items() if oid not in covered}
 
@@ -228,8 +239,12 @@ def memberships(conn: Any, publications: str | Iterable[str], oids: Iterable[int
     pubs = list(publication_list(publications))
     major = conn.info.server_version // 10000
     query = _MEMBERSHIPS_QUERY.format(namespace=_NAMESPACE if major >= 15 else "")  # constants only
-    rows = _run(conn, sql.SQL(query), {"pubs": pubs, "oids": [int(o) for o in oids]},
-                what="cannot read the publications' membership rows")
+    rows = _run(
+        conn,
+        sql.SQL(query),
+        {"pubs": pubs, "oids": [int(o) for o in oids]},
+        what="cannot read the publications' membership rows",
+    )
     return {int(oid): tuple(sig or ()) for oid, sig in rows}
 
 

@@ -80,25 +80,51 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
     if state == "55006" or ("replication slot" in low and "is active for pid" in low):
         return make(SlotInUse)
     if "no password supplied" in low:  # libpq, before the server could say more
-        return make(AuthenticationFailed, "the server asks for a password and none was given: put password=... in "
-                                          "the connection string, or set PGPASSWORD, or add a ~/.pgpass entry")
-    if state in ("28P01", "28000") or "password authentication failed" in low or "no pg_hba.conf entry" in low \
-            or "authentication failed" in low or ("role" in low and "does not exist" in low) \
-            or "password is required" in low or "pg_hba.conf rejects" in low:
+        return make(
+            AuthenticationFailed,
+            "the server asks for a password and none was given: put password=... in "
+            "the connection string, or set PGPASSWORD, or add a ~/.pgpass entry",
+        )
+    if (
+        state in ("28P01", "28000")
+        or "password authentication failed" in low
+        or "no pg_hba.conf entry" in low
+        or "authentication failed" in low
+        or ("role" in low and "does not exist" in low)
+        or "password is required" in low
+        or "pg_hba.conf rejects" in low
+    ):
         return make(AuthenticationFailed, "check the user, password and pg_hba.conf")
-    if state == "42501" or "permission denied" in low or "must be superuser" in low \
-            or "must have replication" in low or "replication role" in low or "must be owner" in low:
+    if (
+        state == "42501"
+        or "permission denied" in low
+        or "must be superuser" in low
+        or "must have replication" in low
+        or "replication role" in low
+        or "must be owner" in low
+    ):
         return make(PermissionDenied, "the role needs the REPLICATION attribute (and ownership for DDL)")
     if state == "3D000" or ("database" in low and "does not exist" in low):
         return make(DatabaseNotFound, "check dbname in the connection string")
     if "invalid" in low and " value:" in low and not state:
         # libpq: 'invalid sslmode value: "x"' (also gssencmode, target_session_attrs...)
-        return make(InvalidDsn, "fix that parameter in the connection string (sslmode: disable, allow, prefer, "
-                                "require, verify-ca or verify-full)")
-    if "server does not support ssl" in low or "ssl was required" in low or "certificate verify failed" in low \
-            or "root certificate file" in low or ("ssl error" in low and "certificate" in low):
-        return make(TlsFailed, "the server does not offer the TLS the DSN's sslmode requires: enable ssl on the "
-                               "server (with a certificate), or choose another sslmode")
+        return make(
+            InvalidDsn,
+            "fix that parameter in the connection string (sslmode: disable, allow, prefer, "
+            "require, verify-ca or verify-full)",
+        )
+    if (
+        "server does not support ssl" in low
+        or "ssl was required" in low
+        or "certificate verify failed" in low
+        or "root certificate file" in low
+        or ("ssl error" in low and "certificate" in low)
+    ):
+        return make(
+            TlsFailed,
+            "the server does not offer the TLS the DSN's sslmode requires: enable ssl on the "
+            "server (with a certificate), or choose another sslmode",
+        )
     if state in _RETRYABLE_STATES or state.startswith("08") or not state:
         if not state and not any(t in low for t in _RETRYABLE_TEXT):
             # No SQLSTATE and an unknown text: still a transport-level failure in practice.

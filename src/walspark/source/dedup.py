@@ -43,8 +43,14 @@ class DuplicateFilter:
         max_remembered_xids: bound on the xids remembered for streamed duplicates.
     """
 
-    def __init__(self, protocol_version: int, *, delivered_lsn: int = 0, streaming_parallel: bool = False,
-                 max_remembered_xids: int = 100_000) -> None:
+    def __init__(
+        self,
+        protocol_version: int,
+        *,
+        delivered_lsn: int = 0,
+        streaming_parallel: bool = False,
+        max_remembered_xids: int = 100_000,
+    ) -> None:
         self.protocol_version = protocol_version
         self.streaming_parallel = streaming_parallel
         self.delivered_lsn = delivered_lsn
@@ -187,9 +193,13 @@ class DuplicateFilter:
             del self._delivered_xids[next(iter(self._delivered_xids))]
 
     def _decode(self, item: RawMessage, *, in_stream: bool):
-        return decode_message(item.payload, protocol_version=self.protocol_version, in_stream=in_stream,
-                              parallel_abort=self.streaming_parallel if self.protocol_version >= 4 else False,
-                              lsn=item.data_start)
+        return decode_message(
+            item.payload,
+            protocol_version=self.protocol_version,
+            in_stream=in_stream,
+            parallel_abort=self.streaming_parallel if self.protocol_version >= 4 else False,
+            lsn=item.data_start,
+        )
 
     def _synthetic_abort(self, item: RawMessage, message: StreamCommit | StreamPrepare) -> RawMessage:
         if self.streaming_parallel and self.protocol_version >= 4:

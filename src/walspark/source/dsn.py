@@ -18,7 +18,9 @@ _URI_RE = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
 # key = value, where value is '...' (backslash escapes, possibly unterminated) or a bare word.
 # A quoted value swallows any non-space text glued to its closing quote: in a malformed DSN
 # (``password='a\\'b'``) the tail may be part of what the user meant as the password.
-_KV_RE = re.compile(r"""(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)(?P<val>'(?:[^'\\]|\\.)*'?\S*|(?:[^\s\\]|\\.)*)""")
+_KV_RE = re.compile(
+    r"""(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?P<eq>\s*=\s*)(?P<val>'(?:[^'\\]|\\.)*'?\S*|(?:[^\s\\]|\\.)*)"""
+)
 # user:password@ in the authority part of a URI (libpq: userinfo ends at the first '@' before '/').
 _URI_USERINFO_RE = re.compile(r"(?P<pre>postgres(?:ql)?://[^:@/?]*):(?P<val>[^@/]*)@", re.IGNORECASE)
 # A value masked earlier, with the punctuation of the message around it (``(... password=***);``):
@@ -65,12 +67,8 @@ def redact_dsn(dsn: str) -> str:
         return "<dsn>"
     if is_uri(dsn):
         text = _URI_USERINFO_RE.sub(lambda m: f"{m['pre']}:{_MASK}@", dsn)
-        return _URI_PARAM_RE.sub(
-            lambda m: m["pre"] + _MASK if m["key"].lower() in SECRET_KEYS else m.group(0), text
-        )
-    return _KV_RE.sub(
-        lambda m: f"{m['key']}{m['eq']}{_MASK}" if m["key"].lower() in SECRET_KEYS else m.group(0), dsn
-    )
+        return _URI_PARAM_RE.sub(lambda m: m["pre"] + _MASK if m["key"].lower() in SECRET_KEYS else m.group(0), text)
+    return _KV_RE.sub(lambda m: f"{m['key']}{m['eq']}{_MASK}" if m["key"].lower() in SECRET_KEYS else m.group(0), dsn)
 
 
 def redact_secrets(text: str, dsn: str | None = None) -> str:
@@ -81,8 +79,11 @@ def redact_secrets(text: str, dsn: str | None = None) -> str:
     only masked in ``key=value`` shape: masking every ``a`` of a message helps nobody.
     """
     text = _KV_RE.sub(
-        lambda m: f"{m['key']}{m['eq']}{_MASK}"
-        if m["key"].lower() in SECRET_KEYS and not _ALREADY_MASKED.fullmatch(m["val"]) else m.group(0),
+        lambda m: (
+            f"{m['key']}{m['eq']}{_MASK}"
+            if m["key"].lower() in SECRET_KEYS and not _ALREADY_MASKED.fullmatch(m["val"])
+            else m.group(0)
+        ),
         text,
     )
     text = _URI_USERINFO_RE.sub(lambda m: f"{m['pre']}:{_MASK}@", text)

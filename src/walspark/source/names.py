@@ -35,9 +35,7 @@ def validate_slot_name(name: str) -> str:
     if not isinstance(name, str):
         raise InvalidName(f"slot name must be a string, not {type(name).__name__}")
     if not _SLOT_RE.fullmatch(name):
-        raise InvalidName(
-            f"invalid slot name {name!r}: use 1-63 characters among lower-case letters, digits and '_'"
-        )
+        raise InvalidName(f"invalid slot name {name!r}: use 1-63 characters among lower-case letters, digits and '_'")
     return name
 
 
@@ -55,9 +53,7 @@ def validate_publication_name(name: str) -> str:
         raise InvalidName(f"publication name {name!r} contains a NUL character")
     size = len(name.encode("utf-8"))
     if size > MAX_NAME_BYTES:
-        raise InvalidName(
-            f"publication name {name!r} is {size} bytes of UTF-8; PostgreSQL keeps only {MAX_NAME_BYTES}"
-        )
+        raise InvalidName(f"publication name {name!r} is {size} bytes of UTF-8; PostgreSQL keeps only {MAX_NAME_BYTES}")
     return name
 
 

@@ -55,15 +55,21 @@ ORDER BY 1
 def _check_slot(info: SlotInfo, dbname: str) -> None:
     """A slot of another plugin, another database or one invalidated cannot feed the stream."""
     if info.slot_type != "logical" or info.plugin != "pgoutput":
-        raise OptionError(f"replication slot {info.slot_name!r} is a {info.slot_type} slot of plugin "
-                          f"{info.plugin or 'none'!r}, not a pgoutput slot: choose another --slot (or drop it)")
+        raise OptionError(
+            f"replication slot {info.slot_name!r} is a {info.slot_type} slot of plugin "
+            f"{info.plugin or 'none'!r}, not a pgoutput slot: choose another --slot (or drop it)"
+        )
     if info.database != dbname:
-        raise OptionError(f"replication slot {info.slot_name!r} belongs to database {info.database!r}, not "
-                          f"{dbname!r}: connect to that database (dbname in the DSN) or choose another --slot")
+        raise OptionError(
+            f"replication slot {info.slot_name!r} belongs to database {info.database!r}, not "
+            f"{dbname!r}: connect to that database (dbname in the DSN) or choose another --slot"
+        )
     if info.invalidated:
-        raise SlotInvalidated(f"replication slot {info.slot_name!r} was invalidated "
-                              f"({info.invalidation_reason or 'wal_status lost'}): the WAL it needed is gone; "
-                              "drop the slot, create a new one and re-snapshot")
+        raise SlotInvalidated(
+            f"replication slot {info.slot_name!r} was invalidated "
+            f"({info.invalidation_reason or 'wal_status lost'}): the WAL it needed is gone; "
+            "drop the slot, create a new one and re-snapshot"
+        )
 
 
 def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
@@ -78,9 +84,11 @@ def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
         current = get_slot(conn, info.slot_name)
     if current is not None and current.active:
         pid = current.active_pid
-        raise SlotInUse(f"replication slot {info.slot_name!r} is in use by another consumer (walsender PID {pid}): "
-                        "a slot serves one reader at a time, and another walspark run or subscriber reads it; "
-                        f"stop that one (SELECT pg_terminate_backend({pid}) ends its connection) or choose another --slot")
+        raise SlotInUse(
+            f"replication slot {info.slot_name!r} is in use by another consumer (walsender PID {pid}): "
+            "a slot serves one reader at a time, and another walspark run or subscriber reads it; "
+            f"stop that one (SELECT pg_terminate_backend({pid}) ends its connection) or choose another --slot"
+        )
 
 
 @dataclass(frozen=True)
@@ -91,9 +99,16 @@ class SourceCheck:
     slot_exists: bool | None
 
 
-def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None = None,
-                 slot_must_exist: bool = False, snapshot: bool = False,
-                 replication: bool = True, slot_free_within: float | None = None) -> SourceCheck:
+def check_source(
+    dsn: str,
+    *,
+    publications: Iterable[str] = (),
+    slot: str | None = None,
+    slot_must_exist: bool = False,
+    snapshot: bool = False,
+    replication: bool = True,
+    slot_free_within: float | None = None,
+) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
     ``publications`` must exist (each item may be a comma-separated list, as ``--publication``
@@ -118,13 +133,18 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
             if level != "logical":
                 raise WalLevelNotLogical(
                     f"wal_level is {level!r} on the server: logical decoding needs wal_level = logical"
-                    " (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)")
-            missing = [n for n in names
-                       if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (n,)).fetchone() is None]
+                    " (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)"
+                )
+            missing = [
+                n
+                for n in names
+                if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (n,)).fetchone() is None
+            ]
             if missing:
                 raise PublicationNotFound(
                     f"publication {missing[0]!r} does not exist in database {conn.info.dbname!r}; "
-                    "create it (CREATE PUBLICATION ... FOR TABLE ...) or check --publication and dbname")
+                    "create it (CREATE PUBLICATION ... FOR TABLE ...) or check --publication and dbname"
+                )
             exists = None
             if slot is not None:
                 info = get_slot(conn, slot)
@@ -134,8 +154,10 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                     if info.active and slot_free_within is not None:
                         _wait_until_free(conn, info, slot_free_within)
                 if slot_must_exist and not exists:
-                    raise SlotNotFound(f"replication slot {slot!r} does not exist in database "
-                                       f"{conn.info.dbname!r}; create it with `walspark slot create`")
+                    raise SlotNotFound(
+                        f"replication slot {slot!r} does not exist in database "
+                        f"{conn.info.dbname!r}; create it with `walspark slot create`"
+                    )
             if snapshot and names:
                 rows = conn.execute(_UNREADABLE_QUERY, (names,)).fetchall()
                 if rows:
@@ -143,7 +165,8 @@ def check_source(dsn: str, *, publications: Iterable[str] = (), slot: str | None
                     raise PermissionDenied(
                         f"role {conn.info.user!r} may not SELECT {tables}, which the snapshot of publication "
                         f"{', '.join(names)!r} copies; GRANT SELECT ON {rows[0][0]} TO {conn.info.user} (for every "
-                        "table listed)")
+                        "table listed)"
+                    )
             version = conn.info.server_version
         except Exception as exc:  # noqa: BLE001 - psycopg errors while reading catalogs
             raise error_from_exception(exc, dsn=dsn, what="cannot check the source") from None

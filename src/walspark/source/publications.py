@@ -135,8 +135,12 @@ def get_publication(conn: Any, name: str) -> PublicationInfo | None:
 def missing_publications(conn: Any, names: Iterable[str]) -> list[str]:
     """The names among ``names`` that are not publications of the connection's database."""
     wanted = [validate_publication_name(n) for n in names]
-    rows = _run(conn, sql.SQL("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)"), (wanted,),
-                what="cannot list publications")
+    rows = _run(
+        conn,
+        sql.SQL("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s)"),
+        (wanted,),
+        what="cannot list publications",
+    )
     have = {r[0] for r in rows}
     return [n for n in wanted if n not in have]
 
@@ -155,7 +159,9 @@ def _select(conn: Any, name: str | None) -> list[PublicationInfo]:
     rows = _run(conn, query, (name,) if name is not None else None, what="cannot inspect publications")
     result = []
     for pubname, owner, all_tables, ins, upd, dele, trunc, via, tables in rows:
-        publish = tuple(op for op, on in (("insert", ins), ("update", upd), ("delete", dele), ("truncate", trunc)) if on)
+        publish = tuple(
+            op for op, on in (("insert", ins), ("update", upd), ("delete", dele), ("truncate", trunc)) if on
+        )
         result.append(PublicationInfo(pubname, owner, all_tables, publish, via, tuple(tables)))
     return result
 

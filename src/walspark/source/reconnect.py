@@ -44,6 +44,6 @@ class ReconnectPolicy:
         rng = rng or random.Random()
         attempt = 0
         while self.max_attempts is None or attempt < self.max_attempts:
-            base = min(self.max_delay, self.initial_delay * self.multiplier ** attempt)
+            base = min(self.max_delay, self.initial_delay * self.multiplier**attempt)
             yield base * (1 - self.jitter * rng.random())
             attempt += 1

@@ -123,13 +123,43 @@ def _slot_query(server_version_num: int) -> str:
 
 
 def _row_to_info(row: tuple[Any, ...]) -> SlotInfo:
-    (name, plugin, slot_type, database, temporary, active, pid, restart, confirmed, current,
-     retained, lag, wal_status, safe, two_phase, conflicting, reason) = row
+    (
+        name,
+        plugin,
+        slot_type,
+        database,
+        temporary,
+        active,
+        pid,
+        restart,
+        confirmed,
+        current,
+        retained,
+        lag,
+        wal_status,
+        safe,
+        two_phase,
+        conflicting,
+        reason,
+    ) = row
     return SlotInfo(
-        slot_name=name, plugin=plugin, slot_type=slot_type, database=database, temporary=bool(temporary),
-        active=bool(active), active_pid=pid, restart_lsn=_lsn(restart), confirmed_flush_lsn=_lsn(confirmed),
-        current_wal_lsn=_lsn(current) or 0, retained_bytes=retained, lag_bytes=lag, wal_status=wal_status,
-        safe_wal_size=safe, two_phase=two_phase, conflicting=conflicting, invalidation_reason=reason,
+        slot_name=name,
+        plugin=plugin,
+        slot_type=slot_type,
+        database=database,
+        temporary=bool(temporary),
+        active=bool(active),
+        active_pid=pid,
+        restart_lsn=_lsn(restart),
+        confirmed_flush_lsn=_lsn(confirmed),
+        current_wal_lsn=_lsn(current) or 0,
+        retained_bytes=retained,
+        lag_bytes=lag,
+        wal_status=wal_status,
+        safe_wal_size=safe,
+        two_phase=two_phase,
+        conflicting=conflicting,
+        invalidation_reason=reason,
     )
 
 
@@ -147,8 +177,12 @@ def list_slots(conn: Any, *, database: str | None = None) -> list[SlotInfo]:
 def get_slot(conn: Any, name: str) -> SlotInfo | None:
     """One slot by name, or None when it does not exist."""
     validate_slot_name(name)
-    rows = _fetch(conn, _slot_query(conn.info.server_version) + " WHERE s.slot_name = %s", (name,),
-                  what=f"cannot inspect replication slot {name!r}")
+    rows = _fetch(
+        conn,
+        _slot_query(conn.info.server_version) + " WHERE s.slot_name = %s",
+        (name,),
+        what=f"cannot inspect replication slot {name!r}",
+    )
     return _row_to_info(rows[0]) if rows else None
 
 
@@ -174,19 +208,24 @@ def create_slot(conn: Any, name: str, *, temporary: bool = False, two_phase: boo
     query: str
     params: tuple[object, ...]
     if major >= 14:
-        query, params = ("SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s, %s)",
-                         (name, PLUGIN, temporary, two_phase))
+        query, params = (
+            "SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s, %s)",
+            (name, PLUGIN, temporary, two_phase),
+        )
     else:
-        query, params = ("SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s)",
-                         (name, PLUGIN, temporary))
+        query, params = (
+            "SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s)",
+            (name, PLUGIN, temporary),
+        )
     rows = _fetch(conn, query, params, what=f"cannot create replication slot {name!r}")
     slot_name, lsn = rows[0]
     log.info("created slot %s at %s", slot_name, lsn)
     return CreatedSlot(slot_name, parse_lsn(lsn))
 
 
-def drop_slot(conn: Any, name: str, *, if_exists: bool = False, terminate_active: bool = False,
-              wait_seconds: float = 10.0) -> bool:
+def drop_slot(
+    conn: Any, name: str, *, if_exists: bool = False, terminate_active: bool = False, wait_seconds: float = 10.0
+) -> bool:
     """Drop a slot; returns False if it did not exist and ``if_exists`` is set.
 
     An active slot (a walsender is streaming from it) cannot be dropped; with
@@ -198,12 +237,16 @@ def drop_slot(conn: Any, name: str, *, if_exists: bool = False, terminate_active
     if info is None:
         if if_exists:
             return False
-        raise SlotNotFound(f"replication slot {name!r} does not exist; check the name and database "
-                           "(`walspark slot list`), or pass --if-exists")
+        raise SlotNotFound(
+            f"replication slot {name!r} does not exist; check the name and database "
+            "(`walspark slot list`), or pass --if-exists"
+        )
     if info.active:
         if not terminate_active:
-            raise SlotInUse(f"replication slot {name!r} is active (walsender PID {info.active_pid}); "
-                            "stop its consumer first or use --force")
+            raise SlotInUse(
+                f"replication slot {name!r} is active (walsender PID {info.active_pid}); "
+                "stop its consumer first or use --force"
+            )
         deadline = time.monotonic() + wait_seconds
         while info is not None and info.active:
             if info.active_pid is not None:
@@ -222,8 +265,14 @@ def drop_slot(conn: Any, name: str, *, if_exists: bool = False, terminate_active
 # --------------------------------------------------------------------------- replication protocol
 
 
-def create_slot_command(name: str, *, server_version_num: int, temporary: bool = False, two_phase: bool = False,
-                        snapshot: SnapshotAction = "export") -> str:
+def create_slot_command(
+    name: str,
+    *,
+    server_version_num: int,
+    temporary: bool = False,
+    two_phase: bool = False,
+    snapshot: SnapshotAction = "export",
+) -> str:
     """``CREATE_REPLICATION_SLOT`` in the syntax the server understands.
 
     PostgreSQL 15 introduced the parenthesised option list (``(SNAPSHOT 'export', TWO_PHASE)``);
@@ -269,8 +318,9 @@ class SlotSnapshot:
 
 
 @contextlib.contextmanager
-def create_slot_with_snapshot(dsn: str, name: str, *, temporary: bool = False, two_phase: bool = False,
-                              snapshot: SnapshotAction = "export") -> Iterator[SlotSnapshot]:
+def create_slot_with_snapshot(
+    dsn: str, name: str, *, temporary: bool = False, two_phase: bool = False, snapshot: SnapshotAction = "export"
+) -> Iterator[SlotSnapshot]:
     """Create a slot over the replication protocol and keep its snapshot alive inside the ``with``.
 
     The replication connection stays open and idle until the block ends: any further command on
@@ -283,8 +333,9 @@ def create_slot_with_snapshot(dsn: str, name: str, *, temporary: bool = False, t
     conn = connect_replication(dsn)
     try:
         version = conn.server_version
-        command = create_slot_command(name, server_version_num=version, temporary=temporary,
-                                      two_phase=two_phase, snapshot=snapshot)
+        command = create_slot_command(
+            name, server_version_num=version, temporary=temporary, two_phase=two_phase, snapshot=snapshot
+        )
         cur = conn.cursor()
         try:
             if snapshot == "use":
@@ -293,8 +344,9 @@ def create_slot_with_snapshot(dsn: str, name: str, *, temporary: bool = False, t
             slot_name, consistent_point, snapshot_name, plugin = cur.fetchone()
         except psycopg2.Error as exc:
             raise error_from_exception(exc, dsn=dsn, what=f"cannot create replication slot {name!r}") from None
-        log.info("created slot %s at %s (snapshot %s) on %s", slot_name, consistent_point, snapshot_name,
-                 redact_dsn(dsn))
+        log.info(
+            "created slot %s at %s (snapshot %s) on %s", slot_name, consistent_point, snapshot_name, redact_dsn(dsn)
+        )
         handle = SlotSnapshot(slot_name, parse_lsn(consistent_point), snapshot_name, plugin, version, conn)
         yield handle
     finally:

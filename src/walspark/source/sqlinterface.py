@@ -43,9 +43,7 @@ def slot_changes(
     function = "pg_logical_slot_get_binary_changes" if consume else "pg_logical_slot_peek_binary_changes"
     flat = [item for pair in options.items() for item in pair]
     upto = None if upto_lsn is None else format_lsn(upto_lsn)
-    query = (
-        f"SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM {function}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
-    )
+    query = f"SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM {function}(%s, %s::pg_lsn, %s, VARIADIC %s::text[])"
     with conn.transaction(), conn.cursor(name="walspark_slot_changes") as cursor:
         for name, value in RECOMMENDED_SESSION_SETTINGS.items():
             conn.execute("SELECT set_config(%s, %s, true)", (name, value))
@@ -53,4 +51,3 @@ def slot_changes(
         cursor.execute(query, (slot, upto, upto_nchanges, flat))
         for lsn, data in cursor:
             yield lsn, bytes(data)
-

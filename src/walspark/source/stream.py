@@ -222,8 +222,9 @@ class ReplicationStream:
                 self._retry_connect(exc)
             self._opened = True
             if self._use_heartbeat:
-                self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"walspark-heartbeat-{self.slot}",
-                                                   daemon=True)
+                self._heartbeat = threading.Thread(
+                    target=self._heartbeat_loop, name=f"walspark-heartbeat-{self.slot}", daemon=True
+                )
                 self._heartbeat.start()
         return self
 
@@ -315,8 +316,9 @@ class ReplicationStream:
     @property
     def positions(self) -> StreamPositions:
         with self._lock:
-            return StreamPositions(self._received, self._confirmed, self._flushed, self._sent_flush,
-                                   self._server_wal_end)
+            return StreamPositions(
+                self._received, self._confirmed, self._flushed, self._sent_flush, self._server_wal_end
+            )
 
     @property
     def received_lsn(self) -> int:
@@ -466,8 +468,9 @@ class ReplicationStream:
                     f"wal_level is {wal_level!r} on {redact_dsn(self.dsn)}; set wal_level = logical and restart PostgreSQL"
                 )
             if self.create_temporary_slot and not self._temp_slot_created:
-                cur.execute(create_slot_command(self.slot, server_version_num=version, temporary=True,
-                                                snapshot="nothing"))
+                cur.execute(
+                    create_slot_command(self.slot, server_version_num=version, temporary=True, snapshot="nothing")
+                )
                 self._temp_slot_created = True
             cur.execute(_slot_query(version) + " WHERE s.slot_name = %s", (self.slot,))
             row = cur.fetchone()
@@ -479,22 +482,30 @@ class ReplicationStream:
                 )
             info = _row_to_info(row)
             if info.slot_type != "logical" or info.plugin != "pgoutput":
-                raise ReplicationError(f"slot {self.slot!r} is a {info.slot_type} slot with plugin {info.plugin!r}; "
-                                       "walspark needs a logical slot using pgoutput")
+                raise ReplicationError(
+                    f"slot {self.slot!r} is a {info.slot_type} slot with plugin {info.plugin!r}; "
+                    "walspark needs a logical slot using pgoutput"
+                )
             if info.database != database:
-                raise SlotNotFound(f"slot {self.slot!r} belongs to database {info.database!r}, "
-                                   f"but the connection is to {database!r}")
+                raise SlotNotFound(
+                    f"slot {self.slot!r} belongs to database {info.database!r}, but the connection is to {database!r}"
+                )
             if info.invalidated:
                 why = info.invalidation_reason or ("conflict with recovery" if info.conflicting else "wal_status lost")
-                raise SlotInvalidated(f"replication slot {self.slot!r} is invalidated ({why}): the WAL it needed is "
-                                      "gone; drop it, create a new slot and take a new snapshot")
-            cur.execute("SELECT pubname::text FROM pg_publication WHERE pubname = ANY(%s)",
-                        (list(resolved.publication_names),))
+                raise SlotInvalidated(
+                    f"replication slot {self.slot!r} is invalidated ({why}): the WAL it needed is "
+                    "gone; drop it, create a new slot and take a new snapshot"
+                )
+            cur.execute(
+                "SELECT pubname::text FROM pg_publication WHERE pubname = ANY(%s)", (list(resolved.publication_names),)
+            )
             have = {r[0] for r in cur.fetchall()}
             missing = [n for n in resolved.publication_names if n not in have]
             if missing:
-                raise PublicationNotFound(f"publication(s) {', '.join(map(repr, missing))} do not exist in database "
-                                          f"{database!r}; create them (CREATE PUBLICATION) or fix --publication")
+                raise PublicationNotFound(
+                    f"publication(s) {', '.join(map(repr, missing))} do not exist in database "
+                    f"{database!r}; create them (CREATE PUBLICATION) or fix --publication"
+                )
             with self._lock:
                 if info.confirmed_flush_lsn is not None and info.confirmed_flush_lsn > self._flushed:
                     # Never report less than the server already has: older servers would move
@@ -559,10 +570,12 @@ class ReplicationStream:
                 log.warning("reconnect attempt %d for slot %s failed: %s", attempts, self.slot, exc)
                 continue
             return attempts
-        raise self._fail(ReconnectExhausted(
-            f"gave up reconnecting slot {self.slot!r} after {attempts} attempt(s) in "
-            f"{time.monotonic() - began:.0f}s; last error: {last}"
-        )) from last
+        raise self._fail(
+            ReconnectExhausted(
+                f"gave up reconnecting slot {self.slot!r} after {attempts} attempt(s) in "
+                f"{time.monotonic() - began:.0f}s; last error: {last}"
+            )
+        ) from last
 
     def _as_source_error(self, exc: BaseException) -> SourceError:
         if isinstance(exc, SourceError):
@@ -570,8 +583,10 @@ class ReplicationStream:
         if isinstance(exc, CopyEnded):
             return classify_error(exc.sqlstate, exc.message, dsn=self.dsn, what=f"stream of slot {self.slot!r} ended")
         if isinstance(exc, LibpqConnectionError):
-            return ConnectionLost(f"replication connection of slot {self.slot!r} lost: "
-                                  f"{redact_secrets(str(exc), self.dsn)} ({redact_dsn(self.dsn)})")
+            return ConnectionLost(
+                f"replication connection of slot {self.slot!r} lost: "
+                f"{redact_secrets(str(exc), self.dsn)} ({redact_dsn(self.dsn)})"
+            )
         return error_from_exception(exc, dsn=self.dsn)
 
     def _teardown_locked(self) -> None:
@@ -592,5 +607,7 @@ class ReplicationStream:
         return error
 
     def __repr__(self) -> str:
-        return (f"ReplicationStream(slot={self.slot!r}, dsn={redact_dsn(self.dsn)!r}, "
-                f"flushed={format_lsn(self._flushed)}, received={format_lsn(self._received)})")
+        return (
+            f"ReplicationStream(slot={self.slot!r}, dsn={redact_dsn(self.dsn)!r}, "
+            f"flushed={format_lsn(self._flushed)}, received={format_lsn(self._received)})"
+        )

@@ -155,7 +155,9 @@ def delta_jars(
     folder = fill_cache(resolved)
     files = _jars_in(folder)
     if not _has(files, s3a):  # a resolution that "succeeded" without Delta: never start without it
-        raise _not_found(packages, f"Spark's package resolution returned no Delta jar ({', '.join(map(str, resolved))})")
+        raise _not_found(
+            packages, f"Spark's package resolution returned no Delta jar ({', '.join(map(str, resolved))})"
+        )
     return Jars(folder, files, "resolved")
 
 
@@ -170,15 +172,27 @@ def resolve_packages(packages: Sequence[str], conf: Mapping[str, str] | None = N
     settings["spark.jars.packages"] = ",".join(packages)
     log_path = cache_dir().parent / "resolve.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET",
-                                                              "PYSPARK_SUBMIT_ARGS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS")
+    }
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    print(f"walspark: fetching {', '.join(packages)} with Spark's package resolution "
-          f"(once; then kept in {cache_dir()})", file=sys.stderr, flush=True)
+    print(
+        f"walspark: fetching {', '.join(packages)} with Spark's package resolution (once; then kept in {cache_dir()})",
+        file=sys.stderr,
+        flush=True,
+    )
     with open(log_path, "w", encoding="utf-8") as log:
-        done = subprocess.run([sys.executable, "-c", _RESOLVE_SCRIPT, json.dumps(settings)], env=env,
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
-                              check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", _RESOLVE_SCRIPT, json.dumps(settings)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            check=False,
+        )
         log.write(done.stdout)
     marker = [line for line in done.stdout.splitlines() if line.startswith("WALSPARK-RESOLVED ")]
     if done.returncode != 0 or not marker:

@@ -137,8 +137,7 @@ def spark_session(
         # --conf settings stand: only what they left unset gets walspark's default, and the
         # jars must already be on the class path.
         submitted = _submitted_settings()
-        settings = {key: value for key, value in settings.items()
-                    if key not in submitted and key not in _JVM_SETTINGS}
+        settings = {key: value for key, value in settings.items() if key not in submitted and key not in _JVM_SETTINGS}
     else:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode: stay on loopback
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -166,6 +165,7 @@ def spark_session(
     # the streaming query reports the failure itself.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     from walspark.spark import register  # the pgoutput data source
+
     register(spark)
     return spark
 

@@ -15,8 +15,17 @@ from pathlib import Path
 from walspark.protocol import format_lsn, parse_lsn
 from walspark.storage import Location, location
 
-__all__ = ["CommittedBatch", "TxnEntry", "from_offset", "is_fresh", "last_batch", "last_committed_end", "plan_end",
-           "start_checkpoint", "to_offset"]
+__all__ = [
+    "CommittedBatch",
+    "TxnEntry",
+    "from_offset",
+    "is_fresh",
+    "last_batch",
+    "last_committed_end",
+    "plan_end",
+    "start_checkpoint",
+    "to_offset",
+]
 
 
 def to_offset(lsn: int) -> dict[str, str]:

@@ -160,8 +160,12 @@ class PreparedStore:
             self._entries = entries
         pending = sum(1 for e in entries.values() if e.committed_end is None)
         if entries:
-            log.info("prepared-transaction store %s: %d pending, %d committed awaiting Spark", self.directory,
-                     pending, len(entries) - pending)
+            log.info(
+                "prepared-transaction store %s: %d pending, %d committed awaiting Spark",
+                self.directory,
+                pending,
+                len(entries) - pending,
+            )
         return self
 
     def begin(self, *, slot_had_two_phase: bool, start_lsn: int) -> None:
@@ -207,13 +211,20 @@ class PreparedStore:
         prelude = list(prelude)
         final = self.directory / f"{key}.prepared"
         tmp = f"{key}.prepared.tmp"
-        header = json.dumps({
-            "xid": txn.xid, "gid": txn.gid, "first_lsn": format_lsn(txn.first_lsn),
-            "prepare_lsn": format_lsn(txn.prepare_lsn), "end_lsn": format_lsn(txn.end_lsn),
-            "prepare_timestamp": txn.prepare_timestamp, "origin": txn.origin,
-            "origin_lsn": None if txn.origin_lsn is None else format_lsn(txn.origin_lsn), "streamed": txn.streamed,
-            "count": len(prelude) + txn.count,
-        }).encode()
+        header = json.dumps(
+            {
+                "xid": txn.xid,
+                "gid": txn.gid,
+                "first_lsn": format_lsn(txn.first_lsn),
+                "prepare_lsn": format_lsn(txn.prepare_lsn),
+                "end_lsn": format_lsn(txn.end_lsn),
+                "prepare_timestamp": txn.prepare_timestamp,
+                "origin": txn.origin,
+                "origin_lsn": None if txn.origin_lsn is None else format_lsn(txn.origin_lsn),
+                "streamed": txn.streamed,
+                "count": len(prelude) + txn.count,
+            }
+        ).encode()
         body = bytearray(_MAGIC + _LEN.pack(len(header)) + header)
         for lsn, in_stream, data in (*prelude, *txn.messages()):
             body += _RECORD.pack(lsn, in_stream, len(data))
@@ -234,8 +245,9 @@ class PreparedStore:
         with self._lock:
             return self._entries.get(_key(xid, gid))
 
-    def committed(self, entry: PreparedEntry, *, commit_lsn: int, end_lsn: int, timestamp: int,
-                  epilogue: Iterable[Message] = ()) -> CommittedTransaction:
+    def committed(
+        self, entry: PreparedEntry, *, commit_lsn: int, end_lsn: int, timestamp: int, epilogue: Iterable[Message] = ()
+    ) -> CommittedTransaction:
         """The stored transaction as committed at a COMMIT PREPARED (its LSNs and time).
 
         ``epilogue``: messages to read after the stored ones (evaluated lazily, at the end).
@@ -252,10 +264,17 @@ class PreparedStore:
         source = _LazyTail(_StoredMessages(entry.path, xid, f, f.tell()), epilogue)
         origin_lsn = meta.get("origin_lsn")
         return CommittedTransaction(
-            xid=xid, first_lsn=parse_lsn(meta["first_lsn"]), commit_lsn=commit_lsn, end_lsn=end_lsn,
-            commit_timestamp=timestamp, origin=meta.get("origin"),
-            origin_lsn=None if origin_lsn is None else parse_lsn(origin_lsn), gid=meta["gid"],
-            streamed=bool(meta.get("streamed")), count=int(meta.get("count", 0)), _buffer=source,
+            xid=xid,
+            first_lsn=parse_lsn(meta["first_lsn"]),
+            commit_lsn=commit_lsn,
+            end_lsn=end_lsn,
+            commit_timestamp=timestamp,
+            origin=meta.get("origin"),
+            origin_lsn=None if origin_lsn is None else parse_lsn(origin_lsn),
+            gid=meta["gid"],
+            streamed=bool(meta.get("streamed")),
+            count=int(meta.get("count", 0)),
+            _buffer=source,
         )
 
     def resolve(self, entry: PreparedEntry, end_lsn: int) -> None:

@@ -122,8 +122,18 @@ class SegmentBuilder:
         self.first_end: int | None = None
         self.last_end: int | None = None
 
-    def append(self, end_lsn: int, commit_lsn: int, xid: int, commit_ts: int, origin: str | None, lsn: int,
-               seq: int, in_stream: bool, data: bytes) -> None:
+    def append(
+        self,
+        end_lsn: int,
+        commit_lsn: int,
+        xid: int,
+        commit_ts: int,
+        origin: str | None,
+        lsn: int,
+        seq: int,
+        in_stream: bool,
+        data: bytes,
+    ) -> None:
         c = self.columns
         c[0].append(end_lsn)
         c[1].append(commit_lsn)
@@ -169,8 +179,15 @@ class SegmentBuilder:
         return pa.RecordBatch.from_arrays(cols, schema=SCHEMA)
 
 
-def write_segment(directory: Location | Path | str, seq: int, batch: pa.RecordBatch, meta: SegmentMeta, *,
-                  first_end: int, last_end: int) -> SegmentName:
+def write_segment(
+    directory: Location | Path | str,
+    seq: int,
+    batch: pa.RecordBatch,
+    meta: SegmentMeta,
+    *,
+    first_end: int,
+    last_end: int,
+) -> SegmentName:
     """Write one segment atomically: built in memory, then written whole (see the module docstring)."""
     directory = location(directory)
     name = SegmentName.file_name(seq, first_end, last_end)

@@ -84,6 +84,7 @@ class TwoPhaseStaging:
     _last_end: int
 
     if TYPE_CHECKING:  # the Stager's methods this part calls
+
         def _stage(self, txn: CommittedTransaction) -> None: ...
         def _relation(self, lsn: int, in_stream: bool, data: bytes) -> None: ...
         def _type(self, lsn: int, in_stream: bool, data: bytes) -> None: ...
@@ -126,15 +127,23 @@ class TwoPhaseStaging:
 
         def restore() -> list[tuple[int, bool, bytes]]:
             # The stored descriptions are those of the PREPARE: what is in force now comes back after.
-            return [row[:3] for rid, row in before.items()
-                    if (now := self._rels.get(rid)) is not None and now is not row and now[2] != row[2]]
+            return [
+                row[:3]
+                for rid, row in before.items()
+                if (now := self._rels.get(rid)) is not None and now is not row and now[2] != row[2]
+            ]
 
         entry = self._prepared.get(outcome.xid, outcome.gid)
         txn = None
         if entry is not None:
             try:
-                txn = self._prepared.committed(entry, commit_lsn=outcome.commit_lsn, end_lsn=outcome.end_lsn,
-                                               timestamp=outcome.timestamp, epilogue=_Deferred(restore))
+                txn = self._prepared.committed(
+                    entry,
+                    commit_lsn=outcome.commit_lsn,
+                    end_lsn=outcome.end_lsn,
+                    timestamp=outcome.timestamp,
+                    epilogue=_Deferred(restore),
+                )
             except FileNotFoundError:  # Spark committed past it just now and the store let it go
                 txn = None
         if txn is None or entry is None:  # (entry None means txn None)
@@ -144,14 +153,18 @@ class TwoPhaseStaging:
                 self.stats["duplicates"] += 1
                 return
             if self._prepared.complete:  # the server never sent its PREPARE: it changed nothing published
-                log.debug("stager of slot %s: COMMIT PREPARED of %r without a PREPARE (an empty prepared "
-                          "transaction)", self.slot, outcome.gid)
+                log.debug(
+                    "stager of slot %s: COMMIT PREPARED of %r without a PREPARE (an empty prepared transaction)",
+                    self.slot,
+                    outcome.gid,
+                )
                 self.stats["empty_prepared"] += 1
                 return
             raise PreparedLostError(
                 f"COMMIT PREPARED of transaction {outcome.gid!r} (xid {outcome.xid}) at "
                 f"{format_lsn(outcome.commit_lsn)}, but its PREPARE is not in {self._prepared.directory}: the slot "
                 "moved past the PREPARE without this staging directory keeping it (deleted, or another consumer of "
-                f"slot {self.slot!r}); its changes cannot be read again — take a new snapshot into a new target")
+                f"slot {self.slot!r}); its changes cannot be read again — take a new snapshot into a new target"
+            )
         self._stage(txn)  # releases it
         self._prepared.resolve(entry, outcome.end_lsn)

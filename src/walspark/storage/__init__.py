@@ -13,5 +13,12 @@ from walspark.storage.settings import (
     spark_conf_from_env,
 )
 
-__all__ = ["Location", "StorageSettings", "TargetLayout", "current_settings", "fsync_dir", "location",
-           "spark_conf_from_env"]
+__all__ = [
+    "Location",
+    "StorageSettings",
+    "TargetLayout",
+    "current_settings",
+    "fsync_dir",
+    "location",
+    "spark_conf_from_env",
+]

@@ -30,9 +30,9 @@ def location(uri: str | os.PathLike[str] | Location, settings: StorageSettings |
     scheme = urlsplit(text).scheme.lower() if "://" in text or text.startswith("file:") else ""
     if scheme in ("", "file"):
         if text.startswith("file://"):
-            text = text[len("file://"):]
+            text = text[len("file://") :]
         elif text.startswith("file:"):
-            text = text[len("file:"):]
+            text = text[len("file:") :]
         return Location(None, os.fspath(Path(text)), "")
     parts = urlsplit(text)
     settings = settings if settings is not None else current_settings()
@@ -49,8 +49,9 @@ def _filesystem(scheme: str, netloc: str, settings: StorageSettings) -> tuple[An
     if scheme in _S3:
         kwargs: dict[str, Any] = {}
         if settings.access_key:
-            kwargs.update(access_key=settings.access_key, secret_key=settings.secret_key,
-                          session_token=settings.session_token)
+            kwargs.update(
+                access_key=settings.access_key, secret_key=settings.secret_key, session_token=settings.session_token
+            )
         if settings.endpoint:
             endpoint = settings.endpoint
             if "://" in endpoint:
@@ -203,8 +204,9 @@ class Location:
             infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         except FileNotFoundError:
             return []
-        return sorted((Location(self.fs, i.path.rstrip("/"), self.prefix, self.settings) for i in infos),
-                      key=lambda loc: loc.name)
+        return sorted(
+            (Location(self.fs, i.path.rstrip("/"), self.prefix, self.settings) for i in infos), key=lambda loc: loc.name
+        )
 
     def tree_files(self) -> dict[str, int]:
         """Every file under this folder, at any depth: its path below the folder and its bytes
@@ -223,7 +225,7 @@ class Location:
 
         base = self.path.rstrip("/") + "/"
         infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True, recursive=True))
-        return {i.path[len(base):]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
+        return {i.path[len(base) :]: int(i.size or 0) for i in infos if i.type == pafs.FileType.File}
 
     def open_arrow(self) -> Any:
         """A random-access Arrow input (memory-mapped when local), for Arrow IPC files."""

@@ -61,8 +61,9 @@ class StorageSettings:
         got = {name: plain.get(key) or None for name, key in HADOOP_KEYS.items()}
         path_style = got.pop("path_style")
         ssl = got.pop("ssl")
-        return cls(**got, path_style=(path_style or "").lower() in _TRUE,
-                   ssl=None if ssl is None else ssl.lower() in _TRUE)
+        return cls(
+            **got, path_style=(path_style or "").lower() in _TRUE, ssl=None if ssl is None else ssl.lower() in _TRUE
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> StorageSettings:
@@ -83,7 +84,9 @@ class StorageSettings:
         )
 
     @classmethod
-    def resolve(cls, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> StorageSettings:
+    def resolve(
+        cls, conf: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None
+    ) -> StorageSettings:
         """The Hadoop settings in ``conf`` when they name credentials or an endpoint, else the environment's."""
         hadoop = cls.from_hadoop(conf or {})
         if hadoop.access_key or hadoop.endpoint:
@@ -117,8 +120,7 @@ def spark_conf_from_env(conf: Mapping[str, str], environ: Mapping[str, str] | No
         return {}
     out = {f"spark.hadoop.{k}": v for k, v in env.to_options().items()}
     if env.session_token:
-        out["spark.hadoop.fs.s3a.aws.credentials.provider"] = (
-            "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+        out["spark.hadoop.fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
     return out
 
 

@@ -78,8 +78,15 @@ RECOMMENDED_SESSION_SETTINGS: dict[str, str] = {
 }
 
 
-def decode_value(type_oid: int, kind: str, data: bytes | None, *, type_modifier: int = -1,
-                 registry: TypeRegistry | None = None, options: ColumnOptions | None = None) -> Any:
+def decode_value(
+    type_oid: int,
+    kind: str,
+    data: bytes | None,
+    *,
+    type_modifier: int = -1,
+    registry: TypeRegistry | None = None,
+    options: ColumnOptions | None = None,
+) -> Any:
     """Decode one TupleData value to Python: 't' text, 'b' binary, 'n' -> None,
     'u' -> :data:`UNCHANGED_TOAST` (not None: the value exists but was not sent)."""
     reg = registry or default_registry()

@@ -100,7 +100,9 @@ class Codec:
             raise exc.with_context(type_name=self.name, type_oid=self.oid) from None
         except _CONVERSION_ERRORS as exc:
             raise ValueConversionError(
-                f"cannot decode: {exc}", type_name=self.name, type_oid=self.oid,
+                f"cannot decode: {exc}",
+                type_name=self.name,
+                type_oid=self.oid,
                 value=bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else data,
             ) from exc
 

@@ -99,7 +99,9 @@ def raw_array(values: RawColumn) -> pa.BinaryArray:
     return values if isinstance(values, pa.BinaryArray) else pa.array(values, type=pa.binary())
 
 
-def raw_array_from_buffers(length: int, validity: bytes, offsets: bytes, data: bytes, null_count: int) -> pa.BinaryArray:
+def raw_array_from_buffers(
+    length: int, validity: bytes, offsets: bytes, data: bytes, null_count: int
+) -> pa.BinaryArray:
     """The Arrow binary array of buffers gathered elsewhere (``walspark_c``), wrapped without a copy."""
     return pa.Array.from_buffers(pa.binary(), length, [pa.py_buffer(validity), pa.py_buffer(offsets),
                                                        pa.py_buffer(data)], null_count)  # fmt: skip

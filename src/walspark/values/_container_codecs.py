@@ -40,8 +40,9 @@ class ArrayCodec(Codec):
 
     __slots__ = ("element", "ignore_bounds", "ndims", "vector")
 
-    def __init__(self, oid: int, name: str, element: Codec, ndims: int = 1, *,
-                 ignore_bounds: bool = False, vector: bool = False) -> None:
+    def __init__(
+        self, oid: int, name: str, element: Codec, ndims: int = 1, *, ignore_bounds: bool = False, vector: bool = False
+    ) -> None:
         super().__init__(oid, name, _nested_list_type(element.arrow_type, max(ndims, 1)))
         self.element = element
         self.ndims = max(ndims, 1)
@@ -108,10 +109,15 @@ class RangeCodec(Codec):
 
 
 def range_arrow_type(elem: pa.DataType) -> pa.DataType:
-    return pa.struct([
-        pa.field("lower", elem), pa.field("upper", elem), pa.field("lower_inc", pa.bool_()),
-        pa.field("upper_inc", pa.bool_()), pa.field("empty", pa.bool_()),
-    ])
+    return pa.struct(
+        [
+            pa.field("lower", elem),
+            pa.field("upper", elem),
+            pa.field("lower_inc", pa.bool_()),
+            pa.field("upper_inc", pa.bool_()),
+            pa.field("empty", pa.bool_()),
+        ]
+    )
 
 
 class MultirangeCodec(Codec):

@@ -133,9 +133,7 @@ class Reader:
 
     def expect_end(self) -> None:
         if self.pos != len(self.data):
-            raise ValueConversionError(
-                f"binary value has {len(self.data) - self.pos} trailing bytes", value=self.data
-            )
+            raise ValueConversionError(f"binary value has {len(self.data) - self.pos} trailing bytes", value=self.data)
 
 
 _FIELD_PATTERNS: dict[str, re.Pattern[str]] = {}

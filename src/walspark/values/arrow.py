@@ -30,8 +30,21 @@ __all__ = [
     "unchanged_columns_array",
 ]
 
-_KINDS = {"n": "n", "u": "u", "t": "t", "b": "b", b"n": "n", b"u": "u", b"t": "t", b"b": "b",
-          110: "n", 117: "u", 116: "t", 98: "b", None: "n"}
+_KINDS = {
+    "n": "n",
+    "u": "u",
+    "t": "t",
+    "b": "b",
+    b"n": "n",
+    b"u": "u",
+    b"t": "t",
+    b"b": "b",
+    110: "n",
+    117: "u",
+    116: "t",
+    98: "b",
+    None: "n",
+}
 
 
 class ColumnSpec(Protocol):
@@ -148,8 +161,9 @@ def gathered_array(codec: Codec, gathered: tuple[Any, ...], length: int, *, colu
                          unchanged)  # fmt: skip
 
 
-def unchanged_columns_array(names: Sequence[str], columns: Sequence[DecodedColumn | pa.BooleanArray | None],
-                            length: int) -> pa.ListArray:
+def unchanged_columns_array(
+    names: Sequence[str], columns: Sequence[DecodedColumn | pa.BooleanArray | None], length: int
+) -> pa.ListArray:
     """Per row, the names of the columns whose value was unchanged TOAST (``list<string>``).
 
     Rows with none get an empty list (not NULL), so "no unchanged column" is explicit.
@@ -205,10 +219,16 @@ def column_codecs(
 
 def arrow_field(name: str, codec: Codec, type_modifier: int = -1) -> pa.Field:
     """A nullable Arrow field carrying the PostgreSQL type in its metadata."""
-    return pa.field(name, codec.arrow_type, nullable=True, metadata={
-        b"pg.type": codec.name.encode(), b"pg.type_oid": str(codec.oid).encode(),
-        b"pg.type_modifier": str(type_modifier).encode(),
-    })
+    return pa.field(
+        name,
+        codec.arrow_type,
+        nullable=True,
+        metadata={
+            b"pg.type": codec.name.encode(),
+            b"pg.type_oid": str(codec.oid).encode(),
+            b"pg.type_modifier": str(type_modifier).encode(),
+        },
+    )
 
 
 def arrow_schema(
@@ -257,8 +277,13 @@ def decode_gathered(
     return _batch(columns, names, codecs, decoded, length)
 
 
-def _batch(columns: Sequence[ColumnSpec | tuple[str, int, int]], names: Sequence[str], codecs: Sequence[Codec],
-           decoded: Sequence[DecodedColumn], length: int) -> tuple[pa.RecordBatch, pa.ListArray]:
+def _batch(
+    columns: Sequence[ColumnSpec | tuple[str, int, int]],
+    names: Sequence[str],
+    codecs: Sequence[Codec],
+    decoded: Sequence[DecodedColumn],
+    length: int,
+) -> tuple[pa.RecordBatch, pa.ListArray]:
     schema = pa.schema([arrow_field(n, k, _spec(c)[2]) for n, k, c in zip(names, codecs, columns)])
     batch = pa.RecordBatch.from_arrays([d.array for d in decoded], schema=schema)
     return batch, unchanged_columns_array(names, decoded, length)

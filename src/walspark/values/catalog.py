@@ -53,8 +53,7 @@ def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
         elif typtype == "d":
             registry.register_domain(oid, base, full, base_typmod=typmod, array_oid=arr)
         elif typtype == "c":
-            registry.register_composite(oid, full, [(f[0], int(f[1]), int(f[2])) for f in fields or []],
-                                        array_oid=arr)
+            registry.register_composite(oid, full, [(f[0], int(f[1]), int(f[2])) for f in fields or []], array_oid=arr)
         elif typtype == "r":
             registry.register_range(oid, subtype, full, multirange_oid=multi or None, array_oid=arr)
         elif typtype == "b" and name in TEXT_LIKE_EXTENSION_TYPES:

@@ -67,8 +67,15 @@ class ScalarCodec(Codec):
     __slots__ = ("_binary", "_py", "_store", "_text", "_vector_binary", "_vector_text")
 
     def __init__(
-        self, oid: int, name: str, arrow_type: pa.DataType, text: Fn, binary: Fn | None,
-        to_python: Fn = _identity, to_storage: Fn = _identity, delimiter: str = ",",
+        self,
+        oid: int,
+        name: str,
+        arrow_type: pa.DataType,
+        text: Fn,
+        binary: Fn | None,
+        to_python: Fn = _identity,
+        to_storage: Fn = _identity,
+        delimiter: str = ",",
         vector_text: Callable[[pa.Array], pa.Array] | None = None,
         vector_binary: Callable[[RawColumn], pa.Array] | None = None,
     ) -> None:
@@ -126,8 +133,17 @@ class TextCodec(ScalarCodec):
 
     __slots__ = ("_fast_text", "_prefix")
 
-    def __init__(self, oid: int, name: str, text: Fn, binary: Fn | None, *, fast_text: bool = True,
-                 binary_prefix: int | None = None, delimiter: str = ",") -> None:
+    def __init__(
+        self,
+        oid: int,
+        name: str,
+        text: Fn,
+        binary: Fn | None,
+        *,
+        fast_text: bool = True,
+        binary_prefix: int | None = None,
+        delimiter: str = ",",
+    ) -> None:
         super().__init__(oid, name, pa.string(), text, binary, delimiter=delimiter)
         self._fast_text = fast_text
         self._prefix = binary_prefix
@@ -237,4 +253,3 @@ class UnknownCodec(Codec):
         if pa.types.is_binary(self.arrow_type):
             return raw_array(values)
         return super().arrow_from_binary(values)
-

@@ -49,4 +49,3 @@ def decode_record_binary(data: bytes) -> list[tuple[int, bytes | None]]:
 def format_record(fields: Sequence[str | None]) -> str:
     """record_out's text for already-rendered field texts (None = NULL)."""
     return "(" + ",".join(quote_field(f) for f in fields) + ")"
-

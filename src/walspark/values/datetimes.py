@@ -252,9 +252,7 @@ def date_to_storage(pg_days: int, infinity: InfinityPolicy = "sentinel") -> int 
 
 # --- time ----------------------------------------------------------------------------------
 
-_TIME_RE = (
-    r"([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?"
-)
+_TIME_RE = r"([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,6}))?"
 _OFFSET_RE = r"([+-])([0-9]{2})(?::([0-9]{2}))?(?::([0-9]{2}))?"
 _TIME_ONLY = re.compile(_TIME_RE + r"\Z")
 _TIMETZ = re.compile(_TIME_RE + _OFFSET_RE + r"\Z")
@@ -333,6 +331,7 @@ def format_timetz(value: tuple[int, int]) -> str:
 
 
 # --- timestamp / timestamptz -----------------------------------------------------------------
+
 
 def parse_timestamp_text(data: bytes | str, with_tz: bool) -> int:
     """timestamp[tz]_out (DateStyle ISO) -> PostgreSQL microseconds since 2000-01-01 (UTC)."""

@@ -112,8 +112,7 @@ def _seconds_us(sign: str, whole: str, frac: str | None) -> int:
 
 
 def _checked(months: int, days: int, us: int, s: str) -> Interval:
-    if not (_INT32_MIN <= months <= _INT32_MAX and _INT32_MIN <= days <= _INT32_MAX
-            and _INT64_MIN <= us <= _INT64_MAX):
+    if not (_INT32_MIN <= months <= _INT32_MAX and _INT32_MIN <= days <= _INT32_MAX and _INT64_MIN <= us <= _INT64_MAX):
         raise ValueConversionError("interval field out of range", value=s)
     return Interval(months, days, us)
 

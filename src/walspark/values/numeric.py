@@ -171,9 +171,7 @@ def numeric_arrow_type(typmod: int, policy: NumericPolicy) -> pa.DataType:
     return pa.string()
 
 
-def numeric_to_storage(
-    value: Decimal, arrow_type: pa.DataType, policy: NumericPolicy
-) -> Decimal | str | None:
+def numeric_to_storage(value: Decimal, arrow_type: pa.DataType, policy: NumericPolicy) -> Decimal | str | None:
     """The Arrow-ready value of ``value`` in a column of ``arrow_type``; never rounds."""
     if pa.types.is_string(arrow_type):
         return format_numeric(value)
@@ -192,9 +190,7 @@ def numeric_to_storage(
         # More fractional digits than the column holds: only trailing zeros may go.
         q = value.quantize(Decimal(1).scaleb(-s), context=_EXACT)
         if q != value:
-            raise ValueConversionError(
-                f"value has more than {s} fractional digits for {arrow_type}", value=str(value)
-            )
+            raise ValueConversionError(f"value has more than {s} fractional digits for {arrow_type}", value=str(value))
         value = q
     digits_before = max(value.adjusted() + 1, 0)
     if digits_before > p - s:
@@ -203,6 +199,7 @@ def numeric_to_storage(
 
 
 # --- money ------------------------------------------------------------------------------
+
 
 def decode_money_binary(data: bytes, frac_digits: int = 2) -> Decimal:
     """cash_send: int64 in the currency's smallest unit (lc_monetary's frac_digits)."""

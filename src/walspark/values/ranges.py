@@ -39,8 +39,11 @@ class Range:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "lower": self.lower, "upper": self.upper, "lower_inc": self.lower_inc,
-            "upper_inc": self.upper_inc, "empty": self.empty,
+            "lower": self.lower,
+            "upper": self.upper,
+            "lower_inc": self.lower_inc,
+            "upper_inc": self.upper_inc,
+            "empty": self.empty,
         }
 
 
@@ -58,7 +61,9 @@ class ParsedRange:
         return Range(
             None if self.lower is None else fn(self.lower),
             None if self.upper is None else fn(self.upper),
-            self.lower_inc, self.upper_inc, self.empty,
+            self.lower_inc,
+            self.upper_inc,
+            self.empty,
         )
 
 

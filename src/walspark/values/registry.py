@@ -78,8 +78,16 @@ DEFAULT_OPTIONS = ColumnOptions()
 Factory = Callable[[int, int, ColumnOptions], Codec]  # (oid, typmod, options) -> codec
 
 
-def _text(oid: int, name: str, binary: Callable | None = scalars.decode_str, *, prefix: int | None = 0,
-          text: Callable = scalars.decode_str, fast_text: bool = True, delim: str = ",") -> Factory:
+def _text(
+    oid: int,
+    name: str,
+    binary: Callable | None = scalars.decode_str,
+    *,
+    prefix: int | None = 0,
+    text: Callable = scalars.decode_str,
+    fast_text: bool = True,
+    delim: str = ",",
+) -> Factory:
     def make(_o: int, _t: int, _opts: ColumnOptions) -> Codec:
         return TextCodec(oid, name, text, binary, fast_text=fast_text, binary_prefix=prefix, delimiter=delim)
 
@@ -109,8 +117,11 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         built = codec if isinstance(codec, Codec) else codec()
         return lambda _o, _t, _opts: built
 
-    add(o.BOOL, "bool", fixed(lambda: BoolCodec(o.BOOL, "bool", pa.bool_(), scalars.decode_bool_text,
-                                                scalars.decode_bool_binary)))
+    add(
+        o.BOOL,
+        "bool",
+        fixed(lambda: BoolCodec(o.BOOL, "bool", pa.bool_(), scalars.decode_bool_text, scalars.decode_bool_binary)),
+    )
     for oid, name, at, fn, fmt in (
         (o.INT2, "int2", pa.int16(), scalars.decode_int2_binary, "h"),
         (o.INT4, "int4", pa.int32(), scalars.decode_int4_binary, "i"),
@@ -120,12 +131,38 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         (o.CID, "cid", pa.int64(), scalars.decode_uint4_binary, "I"),
     ):
         add(oid, name, fixed(NumberCodec(oid, name, at, scalars.decode_int_text, fn, fmt)))
-    add(o.XID8, "xid8", fixed(lambda: ScalarCodec(o.XID8, "xid8", pa.int64(), scalars.decode_int_text,
-                                                  scalars.decode_uint8_binary, to_storage=_xid8_storage)))
-    add(o.FLOAT4, "float4", fixed(lambda: NumberCodec(o.FLOAT4, "float4", pa.float32(), scalars.decode_float4_text,
-                                                     scalars.decode_float4_binary, "f")))
-    add(o.FLOAT8, "float8", fixed(lambda: NumberCodec(o.FLOAT8, "float8", pa.float64(), scalars.decode_float8_text,
-                                                     scalars.decode_float8_binary, "d")))
+    add(
+        o.XID8,
+        "xid8",
+        fixed(
+            lambda: ScalarCodec(
+                o.XID8,
+                "xid8",
+                pa.int64(),
+                scalars.decode_int_text,
+                scalars.decode_uint8_binary,
+                to_storage=_xid8_storage,
+            )
+        ),
+    )
+    add(
+        o.FLOAT4,
+        "float4",
+        fixed(
+            lambda: NumberCodec(
+                o.FLOAT4, "float4", pa.float32(), scalars.decode_float4_text, scalars.decode_float4_binary, "f"
+            )
+        ),
+    )
+    add(
+        o.FLOAT8,
+        "float8",
+        fixed(
+            lambda: NumberCodec(
+                o.FLOAT8, "float8", pa.float64(), scalars.decode_float8_text, scalars.decode_float8_binary, "d"
+            )
+        ),
+    )
 
     def numeric_factory(oid: int, typmod: int, opts: ColumnOptions) -> Codec:
         pol = opts.numeric
@@ -133,23 +170,43 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
         # numeric_out's text is already the exact string; Arrow's string->decimal cast is
         # exact and refuses NaN, Infinity and anything that would need rounding.
         vector = (lambda a: a) if pa.types.is_string(at) else (lambda a: pc.cast(a, at))
-        return ScalarCodec(oid, "numeric", at, numeric.decode_numeric_text, numeric.decode_numeric_binary,
-                           to_storage=lambda d: numeric.numeric_to_storage(d, at, pol), vector_text=vector,
-                           vector_binary=None if pa.types.is_string(at) else lambda v: decimal_column(v, at))
+        return ScalarCodec(
+            oid,
+            "numeric",
+            at,
+            numeric.decode_numeric_text,
+            numeric.decode_numeric_binary,
+            to_storage=lambda d: numeric.numeric_to_storage(d, at, pol),
+            vector_text=vector,
+            vector_binary=None if pa.types.is_string(at) else lambda v: decimal_column(v, at),
+        )
 
     add(o.NUMERIC, "numeric", numeric_factory)
 
     def money_factory(oid: int, _t: int, opts: ColumnOptions) -> Codec:
         f = opts.money_frac_digits
-        return ScalarCodec(oid, "money", pa.decimal128(19, f), lambda b: numeric.decode_money_text(b, f),
-                           lambda b: numeric.decode_money_binary(b, f))
+        return ScalarCodec(
+            oid,
+            "money",
+            pa.decimal128(19, f),
+            lambda b: numeric.decode_money_text(b, f),
+            lambda b: numeric.decode_money_binary(b, f),
+        )
 
     add(o.MONEY, "money", money_factory)
 
     # Strings: the value is the characters in both formats.
-    for oid, name in ((o.TEXT, "text"), (o.VARCHAR, "varchar"), (o.BPCHAR, "bpchar"), (o.NAME, "name"),
-                      (o.JSON, "json"), (o.XML, "xml"), (o.UNKNOWN, "unknown"), (o.CSTRING, "cstring"),
-                      (o.REFCURSOR, "refcursor")):
+    for oid, name in (
+        (o.TEXT, "text"),
+        (o.VARCHAR, "varchar"),
+        (o.BPCHAR, "bpchar"),
+        (o.NAME, "name"),
+        (o.JSON, "json"),
+        (o.XML, "xml"),
+        (o.UNKNOWN, "unknown"),
+        (o.CSTRING, "cstring"),
+        (o.REFCURSOR, "refcursor"),
+    ):
         add(oid, name, _text(oid, name))
     add(o.JSONB, "jsonb", _text(o.JSONB, "jsonb", scalars.decode_jsonb_binary, prefix=None))
     add(o.JSONPATH, "jsonpath", _text(o.JSONPATH, "jsonpath", scalars.decode_jsonb_binary, prefix=None))
@@ -157,43 +214,76 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
     add(1033, "aclitem", _text(1033, "aclitem", None, prefix=None))  # no send function
     # Values rendered to PostgreSQL's text form from binary.
     for oid, name, fn in (
-        (o.INET, "inet", network.decode_inet_binary), (o.CIDR, "cidr", network.decode_inet_binary),
+        (o.INET, "inet", network.decode_inet_binary),
+        (o.CIDR, "cidr", network.decode_inet_binary),
         (o.MACADDR, "macaddr", network.decode_macaddr_binary),
         (o.MACADDR8, "macaddr8", network.decode_macaddr8_binary),
         (o.TSVECTOR, "tsvector", textsearch.decode_tsvector_binary),
         (o.TSQUERY, "tsquery", textsearch.decode_tsquery_binary),
-        (o.POINT, "point", geometry.decode_point_binary), (o.LINE, "line", geometry.decode_line_binary),
-        (o.LSEG, "lseg", geometry.decode_lseg_binary), (o.PATH, "path", geometry.decode_path_binary),
+        (o.POINT, "point", geometry.decode_point_binary),
+        (o.LINE, "line", geometry.decode_line_binary),
+        (o.LSEG, "lseg", geometry.decode_lseg_binary),
+        (o.PATH, "path", geometry.decode_path_binary),
         (o.POLYGON, "polygon", geometry.decode_polygon_binary),
         (o.CIRCLE, "circle", geometry.decode_circle_binary),
-        (o.TID, "tid", scalars.decode_tid_binary), (o.PG_LSN, "pg_lsn", scalars.decode_pg_lsn_binary),
+        (o.TID, "tid", scalars.decode_tid_binary),
+        (o.PG_LSN, "pg_lsn", scalars.decode_pg_lsn_binary),
         (o.TXID_SNAPSHOT, "txid_snapshot", scalars.decode_snapshot_binary),
         (o.PG_SNAPSHOT, "pg_snapshot", scalars.decode_snapshot_binary),
     ):
         add(oid, name, _text(oid, name, fn, prefix=None))
     add(o.BOX, "box", _text(o.BOX, "box", geometry.decode_box_binary, prefix=None, delim=";"))
     for oid, name in ((o.BIT, "bit"), (o.VARBIT, "varbit")):
-        add(oid, name, _text(oid, name, bits.decode_bit_binary, prefix=None, text=bits.decode_bit_text,
-                             fast_text=False))
-    for oid, name in ((o.REGPROC, "regproc"), (o.REGPROCEDURE, "regprocedure"), (o.REGOPER, "regoper"),
-                      (o.REGOPERATOR, "regoperator"), (o.REGCLASS, "regclass"), (o.REGTYPE, "regtype"),
-                      (o.REGCONFIG, "regconfig"), (o.REGDICTIONARY, "regdictionary"),
-                      (o.REGNAMESPACE, "regnamespace"), (o.REGROLE, "regrole"),
-                      (o.REGCOLLATION, "regcollation")):
+        add(
+            oid, name, _text(oid, name, bits.decode_bit_binary, prefix=None, text=bits.decode_bit_text, fast_text=False)
+        )
+    for oid, name in (
+        (o.REGPROC, "regproc"),
+        (o.REGPROCEDURE, "regprocedure"),
+        (o.REGOPER, "regoper"),
+        (o.REGOPERATOR, "regoperator"),
+        (o.REGCLASS, "regclass"),
+        (o.REGTYPE, "regtype"),
+        (o.REGCONFIG, "regconfig"),
+        (o.REGDICTIONARY, "regdictionary"),
+        (o.REGNAMESPACE, "regnamespace"),
+        (o.REGROLE, "regrole"),
+        (o.REGCOLLATION, "regcollation"),
+    ):
         add(oid, name, _text(oid, name, _reg_binary, prefix=None))
-    add(o.BYTEA, "bytea", fixed(lambda: BinaryCodec(o.BYTEA, "bytea", pa.binary(), scalars.decode_bytea_text,
-                                                    scalars.decode_bytea_binary)))
-    add(o.UUID, "uuid", fixed(lambda: ScalarCodec(o.UUID, "uuid", pa.string(), scalars.decode_uuid_text,
-                                                  scalars.decode_uuid_binary, to_storage=str)))
+    add(
+        o.BYTEA,
+        "bytea",
+        fixed(
+            lambda: BinaryCodec(o.BYTEA, "bytea", pa.binary(), scalars.decode_bytea_text, scalars.decode_bytea_binary)
+        ),
+    )
+    add(
+        o.UUID,
+        "uuid",
+        fixed(
+            lambda: ScalarCodec(
+                o.UUID, "uuid", pa.string(), scalars.decode_uuid_text, scalars.decode_uuid_binary, to_storage=str
+            )
+        ),
+    )
 
     # Date and time.
     def date_factory(oid: int, _t: int, opts: ColumnOptions) -> Codec:
         inf = opts.infinity
-        return ScalarCodec(oid, "date", pa.date32(), dt.parse_date_text, dt.decode_date_binary,
-                           to_python=dt.date_to_python, to_storage=lambda d: dt.date_to_storage(d, inf),
-                           vector_text=lambda a: pc.cast(a, pa.date32()),
-                           vector_binary=lambda v: shifted_column(v, "i", pa.int32(), dt.PG_EPOCH_DAYS,
-                                                                  (dt.DATE_NOBEGIN, dt.DATE_NOEND), pa.date32()))
+        return ScalarCodec(
+            oid,
+            "date",
+            pa.date32(),
+            dt.parse_date_text,
+            dt.decode_date_binary,
+            to_python=dt.date_to_python,
+            to_storage=lambda d: dt.date_to_storage(d, inf),
+            vector_text=lambda a: pc.cast(a, pa.date32()),
+            vector_binary=lambda v: shifted_column(
+                v, "i", pa.int32(), dt.PG_EPOCH_DAYS, (dt.DATE_NOBEGIN, dt.DATE_NOEND), pa.date32()
+            ),
+        )
 
     add(o.DATE, "date", date_factory)
 
@@ -205,27 +295,61 @@ def _builtin_factories() -> dict[int, tuple[str, Factory]]:
             at = pa.timestamp("us", tz=opts.timestamptz_tz if with_tz else None)
             parse_as = pa.timestamp("us", tz="UTC" if with_tz else None)
             return ScalarCodec(
-                oid, name, at,
-                lambda b: dt.parse_timestamp_text(b, with_tz), dt.decode_timestamp_binary,
+                oid,
+                name,
+                at,
+                lambda b: dt.parse_timestamp_text(b, with_tz),
+                dt.decode_timestamp_binary,
                 to_python=lambda v: dt.timestamp_to_python(v, with_tz),
                 to_storage=lambda v: dt.timestamp_to_storage(v, inf),
                 vector_text=lambda a: pc.cast(a, parse_as).cast(at),
-                vector_binary=lambda v: shifted_column(v, "q", pa.int64(), dt.PG_EPOCH_USECS,
-                                                       (dt.DT_NOBEGIN, dt.DT_NOEND), at),
+                vector_binary=lambda v: shifted_column(
+                    v, "q", pa.int64(), dt.PG_EPOCH_USECS, (dt.DT_NOBEGIN, dt.DT_NOEND), at
+                ),
             )
 
         return make
 
     add(o.TIMESTAMP, "timestamp", ts_factory(False))
     add(o.TIMESTAMPTZ, "timestamptz", ts_factory(True))
-    add(o.TIME, "time", fixed(lambda: ScalarCodec(o.TIME, "time", pa.int64(), dt.parse_time_text,
-                                                  dt.decode_time_binary, to_python=dt.time_to_python)))
-    add(o.TIMETZ, "timetz", fixed(lambda: ScalarCodec(o.TIMETZ, "timetz", pa.string(), dt.parse_timetz_text,
-                                                      dt.decode_timetz_binary, to_python=dt.timetz_to_python,
-                                                      to_storage=dt.format_timetz)))
-    add(o.INTERVAL, "interval", fixed(lambda: ScalarCodec(o.INTERVAL, "interval", INTERVAL_ARROW_TYPE,
-                                                          parse_interval_text, decode_interval_binary,
-                                                          to_storage=Interval.as_dict)))
+    add(
+        o.TIME,
+        "time",
+        fixed(
+            lambda: ScalarCodec(
+                o.TIME, "time", pa.int64(), dt.parse_time_text, dt.decode_time_binary, to_python=dt.time_to_python
+            )
+        ),
+    )
+    add(
+        o.TIMETZ,
+        "timetz",
+        fixed(
+            lambda: ScalarCodec(
+                o.TIMETZ,
+                "timetz",
+                pa.string(),
+                dt.parse_timetz_text,
+                dt.decode_timetz_binary,
+                to_python=dt.timetz_to_python,
+                to_storage=dt.format_timetz,
+            )
+        ),
+    )
+    add(
+        o.INTERVAL,
+        "interval",
+        fixed(
+            lambda: ScalarCodec(
+                o.INTERVAL,
+                "interval",
+                INTERVAL_ARROW_TYPE,
+                parse_interval_text,
+                decode_interval_binary,
+                to_storage=Interval.as_dict,
+            )
+        ),
+    )
     return t
 
 
@@ -234,11 +358,16 @@ _BUILTINS = _builtin_factories()
 #: OID -> type name of every built-in type walspark decodes (arrays, ranges included).
 BUILTIN_TYPE_NAMES: dict[int, str] = {oid: name for oid, (name, _f) in _BUILTINS.items()}
 BUILTIN_TYPE_NAMES.update({oids.INT2VECTOR: "int2vector", oids.OIDVECTOR: "oidvector"})
-_RANGE_NAMES = {3904: "int4range", 3906: "numrange", 3908: "tsrange", 3910: "tstzrange", 3912: "daterange",
-                3926: "int8range"}
+_RANGE_NAMES = {
+    3904: "int4range",
+    3906: "numrange",
+    3908: "tsrange",
+    3910: "tstzrange",
+    3912: "daterange",
+    3926: "int8range",
+}
 BUILTIN_TYPE_NAMES.update(_RANGE_NAMES)
-BUILTIN_TYPE_NAMES.update({m: _RANGE_NAMES[r].replace("range", "multirange")
-                           for m, r in oids.MULTIRANGE_RANGE.items()})
+BUILTIN_TYPE_NAMES.update({m: _RANGE_NAMES[r].replace("range", "multirange") for m, r in oids.MULTIRANGE_RANGE.items()})
 for _elem, _arr in oids.ARRAY_OF.items():
     if _elem in BUILTIN_TYPE_NAMES:
         BUILTIN_TYPE_NAMES[_arr] = "_" + BUILTIN_TYPE_NAMES[_elem]
@@ -308,8 +437,9 @@ class TypeRegistry:
         """An enum: values are their labels (strings) in both formats."""
         self._register(oid, _Enum(name), array_oid)
 
-    def register_domain(self, oid: int, base_oid: int, name: str = "", *, base_typmod: int = -1,
-                        array_oid: int | None = None) -> None:
+    def register_domain(
+        self, oid: int, base_oid: int, name: str = "", *, base_typmod: int = -1, array_oid: int | None = None
+    ) -> None:
         """A domain decodes as its base type (pgoutput sends the domain's OID).
 
         Also the way to declare an extension type that is text-like in both formats
@@ -317,13 +447,21 @@ class TypeRegistry:
         """
         self._register(oid, _Domain(name or f"domain {oid}", base_oid, base_typmod), array_oid)
 
-    def register_composite(self, oid: int, name: str, fields: Sequence[tuple[str, int, int]], *,
-                           array_oid: int | None = None) -> None:
+    def register_composite(
+        self, oid: int, name: str, fields: Sequence[tuple[str, int, int]], *, array_oid: int | None = None
+    ) -> None:
         """A composite type with its fields as (name, type OID, typmod), in attnum order."""
         self._register(oid, _Composite(name, tuple((n, int(t), int(m)) for n, t, m in fields)), array_oid)
 
-    def register_range(self, oid: int, subtype_oid: int, name: str = "", *, multirange_oid: int | None = None,
-                       array_oid: int | None = None) -> None:
+    def register_range(
+        self,
+        oid: int,
+        subtype_oid: int,
+        name: str = "",
+        *,
+        multirange_oid: int | None = None,
+        array_oid: int | None = None,
+    ) -> None:
         """A user range type over ``subtype_oid`` (and optionally its multirange)."""
         entry = _Range(name or f"range {oid}", subtype_oid)
         self._register(oid, entry, array_oid)
@@ -342,11 +480,17 @@ class TypeRegistry:
         return BUILTIN_TYPE_NAMES.get(oid) or self._names.get(oid) or f"oid {oid}"
 
     def is_known(self, oid: int) -> bool:
-        return (oid in self._user or oid in _BUILTINS or oid in oids.ELEMENT_OF
-                or oid in oids.RANGE_SUBTYPE or oid in oids.MULTIRANGE_RANGE)
+        return (
+            oid in self._user
+            or oid in _BUILTINS
+            or oid in oids.ELEMENT_OF
+            or oid in oids.RANGE_SUBTYPE
+            or oid in oids.MULTIRANGE_RANGE
+        )
 
-    def resolve(self, oid: int, typmod: int = -1, options: ColumnOptions = DEFAULT_OPTIONS, *,
-                binary: bool = False) -> Codec:
+    def resolve(
+        self, oid: int, typmod: int = -1, options: ColumnOptions = DEFAULT_OPTIONS, *, binary: bool = False
+    ) -> Codec:
         """The codec of a column of type ``oid`` with ``typmod`` under ``options``.
 
         ``binary`` says whether the stream uses pgoutput's binary mode; it only matters
@@ -391,8 +535,7 @@ class TypeRegistry:
             elem_oid = oids.ELEMENT_OF[oid]
             # An array's typmod is its element's (e.g. numeric(10,2)[]).
             el = self._build(elem_oid, typmod, opts, binary, depth + 1)
-            return ArrayCodec(oid, self.type_name(oid), el, opts.array_ndims,
-                              ignore_bounds=opts.array_ignore_bounds)
+            return ArrayCodec(oid, self.type_name(oid), el, opts.array_ndims, ignore_bounds=opts.array_ignore_bounds)
         if oid in oids.RANGE_SUBTYPE:
             el = self._build(oids.RANGE_SUBTYPE[oid], -1, opts, binary, depth + 1)
             return RangeCodec(oid, self.type_name(oid), el)
@@ -406,10 +549,11 @@ class TypeRegistry:
         name = self.type_name(oid)
         if oid not in self._warned:
             self._warned.add(oid)
-            msg = (f"PostgreSQL type {name} (oid {oid}) is not known to walspark: its values are kept as "
-                   f"{'bytes (binary mode)' if binary else 'text'}; register it (enum, domain, composite) "
-                   "for a typed column")
+            msg = (
+                f"PostgreSQL type {name} (oid {oid}) is not known to walspark: its values are kept as "
+                f"{'bytes (binary mode)' if binary else 'text'}; register it (enum, domain, composite) "
+                "for a typed column"
+            )
             log.warning(msg)
             warnings.warn(msg, UnknownTypeWarning, stacklevel=4)
         return UnknownCodec(oid, name, pa.binary() if binary else pa.string())
-

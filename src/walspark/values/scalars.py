@@ -49,6 +49,7 @@ __all__ = [
 
 # --- bool (boolout: 't'/'f'; boolsend: one byte 0/1) ---------------------------------
 
+
 def decode_bool_text(data: bytes) -> bool:
     if data == b"t":
         return True
@@ -98,7 +99,9 @@ decode_uint8_binary = _fixed(struct.Struct(">Q"), "uint8")  # xid8, pg_lsn
 # Every digit run is followed by something that must differ from a digit (no `[0-9]+\.?[0-9]*`):
 # that ambiguous form made a long run of digits with a bad last byte backtrack quadratically
 # (20 000 digits took 37 s), a hang on a corrupt value.
-_FLOAT_TEXT = re.compile(rb"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|Infinity)\Z|NaN\Z")
+_FLOAT_TEXT = re.compile(
+    rb"-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?|Infinity)\Z|NaN\Z"
+)
 
 
 def decode_float8_text(data: bytes) -> float:
@@ -162,7 +165,7 @@ def _format_float(x: float, single: bool) -> str:
         return f"{sign}0.{'0' * (-exp - 1)}{digits}"
     if len(digits) <= exp + 1:
         return sign + digits + "0" * (exp + 1 - len(digits))
-    return f"{sign}{digits[: exp + 1]}.{digits[exp + 1:]}"
+    return f"{sign}{digits[: exp + 1]}.{digits[exp + 1 :]}"
 
 
 def format_float8(x: float) -> str:
@@ -176,6 +179,7 @@ def format_float4(x: float) -> str:
 
 
 # --- strings --------------------------------------------------------------------------
+
 
 def decode_str(data: bytes) -> str:
     """text, varchar, bpchar (padding kept), name, json, xml, enum labels, ...
@@ -194,7 +198,7 @@ def decode_jsonb_binary(data: bytes) -> str:
 
 
 def decode_char_binary(data: bytes) -> str:
-    """"char" (OID 18): one byte; rendered as charout does.
+    """ "char" (OID 18): one byte; rendered as charout does.
 
     charout prints a high-bit byte as a backslash and three octal digits and the zero
     byte as an empty string; we give the same text in both formats so they compare equal.
@@ -256,6 +260,7 @@ def format_bytea_escape(value: bytes) -> str:
 
 # --- uuid -----------------------------------------------------------------------------
 
+
 def decode_uuid_text(data: bytes) -> _uuid.UUID:
     try:
         return _uuid.UUID(to_str(data))
@@ -270,6 +275,7 @@ def decode_uuid_binary(data: bytes) -> _uuid.UUID:
 
 
 # --- system types rendered as their text form -------------------------------------------
+
 
 def decode_tid_binary(data: bytes) -> str:
     """tidsend: uint32 block number, uint16 offset; tidout prints ``(block,offset)``."""

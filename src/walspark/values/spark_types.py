@@ -50,8 +50,9 @@ def spark_type(arrow_type: pa.DataType) -> DataType:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return T.ArrayType(spark_type(t.value_type), containsNull=True)
     if pa.types.is_struct(t):
-        return T.StructType([T.StructField(t.field(i).name, spark_type(t.field(i).type), True)
-                             for i in range(t.num_fields)])
+        return T.StructType(
+            [T.StructField(t.field(i).name, spark_type(t.field(i).type), True) for i in range(t.num_fields)]
+        )
     raise TypeError(f"no Spark type for Arrow type {t}")
 
 

@@ -26,9 +26,15 @@ if TYPE_CHECKING:
 __all__ = ["catalog_layout"]
 
 
-def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *, binary: bool = False,
-                   staging_path: str | Location | None = None,
-                   slot: str | None = None) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
+def catalog_layout(
+    conn: Any,
+    publications: Sequence[str],
+    table: str | None,
+    *,
+    binary: bool = False,
+    staging_path: str | Location | None = None,
+    slot: str | None = None,
+) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
     """The output layout of a live slot's publications, and the user types its tasks must register.
 
     With ``staging_path``, each table also holds the shapes a previous query of that staging
@@ -50,8 +56,9 @@ def catalog_layout(conn: Any, publications: Sequence[str], table: str | None, *,
     names = {s.qualified_name: (s.schema, s.table) for s in shapes}
     for name, found in recorded.items():
         history = _attnum_history(conn, *names[name]) if name in names else {}
-        tables[name] = merge_recorded(name, tables.get(name),
-                                      [spark_schema(list(shape), registry, binary=binary) for shape in found], history)
+        tables[name] = merge_recorded(
+            name, tables.get(name), [spark_schema(list(shape), registry, binary=binary) for shape in found], history
+        )
     return OutputLayout.build(tables, table), registrations
 
 
@@ -61,15 +68,18 @@ def _attnum_history(conn: Any, schema: str, table: str) -> dict[int, str | None]
     rows = conn.execute(
         "SELECT a.attnum, CASE WHEN a.attisdropped THEN NULL ELSE a.attname::text END FROM pg_attribute a"
         " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0", (schema, table)).fetchall()
+        " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0",
+        (schema, table),
+    ).fetchall()
     return {int(n): name for n, name in rows}
 
 
 def _confirmed_lsn(conn: Any, slot: str | None) -> int:
     if not slot:
         return 0
-    row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                       (slot,)).fetchone()
+    row = conn.execute(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+    ).fetchone()
     if row is None or row[0] is None:
         return 0
     from walspark.protocol import parse_lsn

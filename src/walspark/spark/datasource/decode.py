@@ -44,21 +44,24 @@ class DecodeConfig:
 class TaskDecoder:
     """One task's decoding state: relation cache, change-row builder, output shaper."""
 
-    def __init__(self, config: DecodeConfig, schema: StructType, table: str | None, *,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+    def __init__(
+        self, config: DecodeConfig, schema: StructType, table: str | None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    ) -> None:
         self.config = config
         self.registry = apply_registrations(TypeRegistry(), config.registrations)
         self.relations = RelationCache()
-        self.builder = ChangeRowBuilder(config.protocol_version, relations=self.relations, registry=self.registry,
-                                        binary=config.binary)
+        self.builder = ChangeRowBuilder(
+            config.protocol_version, relations=self.relations, registry=self.registry, binary=config.binary
+        )
         self.shaper = OutputShaper(schema, table, self.registry)
         self.table = table
         self.chunk_rows = chunk_rows
         self._names: dict[int, str] = {}  # relation id -> qualified name, for per-table filtering
 
     def _decode(self, data: bytes, in_stream: bool, lsn: int | None = None):
-        return decode_message(data, protocol_version=self.config.protocol_version, in_stream=in_stream,
-                              parallel_abort=None, lsn=lsn)
+        return decode_message(
+            data, protocol_version=self.config.protocol_version, in_stream=in_stream, parallel_abort=None, lsn=lsn
+        )
 
     def seed(self, prelude: Iterable[tuple[bool, bytes, int | None]]) -> None:
         """Put the prelude's Relation/Type messages ``(in_stream, data, version)`` in force."""
@@ -88,7 +91,7 @@ class TaskDecoder:
             kind = data[0]
             if kind in _ROW_KINDS:
                 o = 5 if item[2] else 1
-                if names.get(int.from_bytes(data[o:o + 4], "big")) != table:
+                if names.get(int.from_bytes(data[o : o + 4], "big")) != table:
                     continue
             elif kind == _R:
                 message = self._decode(data, item[2], item[1])
@@ -98,7 +101,9 @@ class TaskDecoder:
                 continue
             yield item
 
-    def add(self, facts: TransactionFacts, messages: Iterable[tuple[int, int, bool, bytes]]) -> Iterator[pa.RecordBatch]:
+    def add(
+        self, facts: TransactionFacts, messages: Iterable[tuple[int, int, bool, bytes]]
+    ) -> Iterator[pa.RecordBatch]:
         """Take one committed transaction's ``(seq, lsn, in_stream, data)``; yield batches as they fill."""
         for pieces in self._add(facts, messages):
             yield from self._output(pieces)
@@ -133,8 +138,13 @@ class TaskDecoder:
         return self.shaper.merge(pieces, self.chunk_rows)
 
 
-def decode_segments(paths: Iterable[str], start: int, end: int, make_decoder: Callable[[DecodeConfig], TaskDecoder],
-                    storage: StorageSettings | None = None) -> Iterator[pa.RecordBatch]:
+def decode_segments(
+    paths: Iterable[str],
+    start: int,
+    end: int,
+    make_decoder: Callable[[DecodeConfig], TaskDecoder],
+    storage: StorageSettings | None = None,
+) -> Iterator[pa.RecordBatch]:
     """The output rows of the segments' transactions whose end LSN is in ``(start, end]``.
 
     Consecutive segments written with the same settings (protocol version, binary, ...: what
@@ -173,15 +183,25 @@ def _segment_rows(decoder: TaskDecoder, table: pa.Table, start: int, end: int) -
     decoder.start_segment()
     ends = table.column("end_lsn")
     prelude = table.filter(pc.equal(ends, PRELUDE))
-    decoder.seed(zip(prelude.column("in_stream").to_pylist(), prelude.column("data").to_pylist(),
-                     prelude.column("version").to_pylist()))
+    decoder.seed(
+        zip(
+            prelude.column("in_stream").to_pylist(),
+            prelude.column("data").to_pylist(),
+            prelude.column("version").to_pylist(),
+        )
+    )
     # Relation/Type messages of the segment's transactions before the range are in force too.
     kinds = pc.binary_slice(table.column("data"), 0, 1)
-    before = table.filter(pc.and_(pc.and_(pc.greater(ends, PRELUDE), pc.less_equal(ends, start)),
-                                  pc.is_in(kinds, pa.array([b"R", b"Y"], pa.binary()))))
+    before = table.filter(
+        pc.and_(
+            pc.and_(pc.greater(ends, PRELUDE), pc.less_equal(ends, start)),
+            pc.is_in(kinds, pa.array([b"R", b"Y"], pa.binary())),
+        )
+    )
     if before.num_rows:
-        decoder.seed((s, d, None) for s, d in zip(before.column("in_stream").to_pylist(),
-                                                  before.column("data").to_pylist()))
+        decoder.seed(
+            (s, d, None) for s, d in zip(before.column("in_stream").to_pylist(), before.column("data").to_pylist())
+        )
     rows = table.filter(pc.and_(pc.greater(ends, start), pc.less_equal(ends, end)))
     if rows.num_rows == 0:
         return
@@ -190,8 +210,14 @@ def _segment_rows(decoder: TaskDecoder, table: pa.Table, start: int, end: int) -
     xid = rows.column("xid").to_pylist()
     commit_ts = rows.column("commit_ts").to_pylist()
     origin = rows.column("origin").to_pylist()
-    messages = list(zip(rows.column("seq").to_pylist(), rows.column("lsn").to_pylist(),
-                        rows.column("in_stream").to_pylist(), rows.column("data").to_pylist()))
+    messages = list(
+        zip(
+            rows.column("seq").to_pylist(),
+            rows.column("lsn").to_pylist(),
+            rows.column("in_stream").to_pylist(),
+            rows.column("data").to_pylist(),
+        )
+    )
     del rows, table
     i, n = 0, len(end_lsn)
     while i < n:

@@ -28,12 +28,36 @@ _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
 # key (lower case) -> documented spelling
-_KNOWN = {k.lower(): k for k in (
-    "path", "dsn", "slot", "publication", "table", "peek", "stagingPath", "maxRowsPerBatch", "maxBytesPerBatch",
-    "protoVersion", "binary", "streaming", "segmentMaxRows", "segmentMaxBytes", "segmentMaxDelayMs", "stagingMaxBytes",
-    "partitionRows", "numPartitions", "memoryBudget", "batchRows", "slotWaitSeconds", "availableNowTimeoutSeconds",
-    "statusIntervalSeconds", "heartbeatSeconds", "twoPhase",
-)}
+_KNOWN = {
+    k.lower(): k
+    for k in (
+        "path",
+        "dsn",
+        "slot",
+        "publication",
+        "table",
+        "peek",
+        "stagingPath",
+        "maxRowsPerBatch",
+        "maxBytesPerBatch",
+        "protoVersion",
+        "binary",
+        "streaming",
+        "segmentMaxRows",
+        "segmentMaxBytes",
+        "segmentMaxDelayMs",
+        "stagingMaxBytes",
+        "partitionRows",
+        "numPartitions",
+        "memoryBudget",
+        "batchRows",
+        "slotWaitSeconds",
+        "availableNowTimeoutSeconds",
+        "statusIntervalSeconds",
+        "heartbeatSeconds",
+        "twoPhase",
+    )
+}
 
 #: Storage settings passed as options, under Hadoop's names (see :mod:`walspark.storage.settings`).
 _STORAGE_KEYS = frozenset(HADOOP_KEYS.values())
@@ -115,8 +139,10 @@ class SourceOptions:
         opts = {str(k).lower(): v for k, v in options.items()}
         unknown = sorted(k for k in opts if k not in _KNOWN and k not in _STORAGE_KEYS)
         if unknown:
-            raise OptionsError(f"unknown option(s) {', '.join(unknown)} for format pgoutput; known: "
-                               f"{', '.join(sorted(_KNOWN.values()))}")
+            raise OptionsError(
+                f"unknown option(s) {', '.join(unknown)} for format pgoutput; known: "
+                f"{', '.join(sorted(_KNOWN.values()))}"
+            )
         g = lambda key: opts.get(key.lower())  # noqa: E731
         table = g("table")
         qualified = None
@@ -168,8 +194,9 @@ class SourceOptions:
         if self.path and self.dsn:
             raise OptionsError("give either path (a capture file) or dsn (a live slot), not both")
         if not self.path and not self.dsn:
-            raise OptionsError("format pgoutput needs option path (a capture file) or dsn + slot + publication "
-                               "(a live slot)")
+            raise OptionsError(
+                "format pgoutput needs option path (a capture file) or dsn + slot + publication (a live slot)"
+            )
         if self.dsn:
             if not self.slot:
                 raise OptionsError("option slot is required with dsn (an existing pgoutput slot)")
@@ -184,25 +211,35 @@ class SourceOptions:
 
     def stream_options(self) -> StreamOptions:
         """pgoutput options for the slot (unset ones negotiated from the server version)."""
-        return StreamOptions(self.publications, proto_version=self.proto_version, binary=self.binary,
-                             streaming=self.streaming,  # type: ignore[arg-type]
-                             # a stream keeps prepared transactions (staging); a peek must not turn two-phase
-                             # on for the slot (PostgreSQL would keep it on for good)
-                             two_phase=self.two_phase if self.two_phase is not None else (False if self.peek else None),
-                             messages=self.heartbeat_seconds > 0)  # heartbeats come back as messages
+        return StreamOptions(
+            self.publications,
+            proto_version=self.proto_version,
+            binary=self.binary,
+            streaming=self.streaming,  # type: ignore[arg-type]
+            # a stream keeps prepared transactions (staging); a peek must not turn two-phase
+            # on for the slot (PostgreSQL would keep it on for good)
+            two_phase=self.two_phase if self.two_phase is not None else (False if self.peek else None),
+            messages=self.heartbeat_seconds > 0,
+        )  # heartbeats come back as messages
 
     def require_batch(self) -> None:
         if self.live and not self.peek:
-            raise OptionsError("a batch read of a live slot must not consume it: set option peek=true "
-                               "(or use readStream to consume the slot with checkpointed offsets)")
+            raise OptionsError(
+                "a batch read of a live slot must not consume it: set option peek=true "
+                "(or use readStream to consume the slot with checkpointed offsets)"
+            )
 
     def require_stream(self) -> None:
         if not self.live:
-            raise OptionsError("readStream of pgoutput needs a live slot (dsn, slot, publication); capture files "
-                               "are read with spark.read")
+            raise OptionsError(
+                "readStream of pgoutput needs a live slot (dsn, slot, publication); capture files "
+                "are read with spark.read"
+            )
         if self.peek:
             raise OptionsError("option peek is for batch reads (spark.read); a stream consumes the slot")
         if not self.staging_path:
-            raise OptionsError("readStream of pgoutput needs option stagingPath: a directory (on storage every "
-                               "executor can read) where the slot's messages are staged in segments; use one per "
-                               "query, next to its checkpoint")
+            raise OptionsError(
+                "readStream of pgoutput needs option stagingPath: a directory (on storage every "
+                "executor can read) where the slot's messages are staged in segments; use one per "
+                "query, next to its checkpoint"
+            )

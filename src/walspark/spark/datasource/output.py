@@ -66,8 +66,9 @@ class OutputShaper:
                 md = f.metadata or {}
                 if MISSING_KEY not in md or "pg.type_oid" not in md:
                     continue
-                codec = self._registry.resolve(int(md["pg.type_oid"]), int(md.get("pg.type_modifier", -1)),
-                                               ColumnOptions(), binary=False)
+                codec = self._registry.resolve(
+                    int(md["pg.type_oid"]), int(md.get("pg.type_modifier", -1)), ColumnOptions(), binary=False
+                )
                 value = codec.arrow_from_text([str(md[MISSING_KEY]).encode()])
                 if isinstance(value, pa.ChunkedArray):
                     value = value.combine_chunks()
@@ -99,8 +100,9 @@ class OutputShaper:
         table = self.assemble(pieces)
         if len(pieces) > 1:
             # a TRUNCATE of several tables is one message: its rows in table order
-            table = table.sort_by([("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_schema", "ascending"),
-                                   ("_table", "ascending")])
+            table = table.sort_by(
+                [("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_schema", "ascending"), ("_table", "ascending")]
+            )
         yield from table.combine_chunks().to_batches(max_chunksize=max_rows)
 
     def _own(self, version: RelationVersion, batch: pa.RecordBatch) -> dict[str, pa.Array] | None:
@@ -112,8 +114,9 @@ class OutputShaper:
         if name not in self.layout.tables:
             from walspark.spark.datasource.schema import SchemaChangedError
 
-            raise SchemaChangedError(f"changes of table {name}, which is not in the query's schema; restart the "
-                                     "query to read it")
+            raise SchemaChangedError(
+                f"changes of table {name}, which is not in the query's schema; restart the query to read it"
+            )
         target = self.target
         own = {c: batch.column(c).cast(target.field(c).type) for c in ENVELOPE_NAMES}
         own["_unchanged"] = batch.column("_unchanged").cast(target.field("_unchanged").type)

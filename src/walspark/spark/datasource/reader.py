@@ -29,8 +29,15 @@ from walspark.spark.datasource.schema import OutputLayout, merge_structs
 from walspark.values import TypeRegistry, spark_schema
 
 __all__ = [
-    "CapturePartition", "CapturePlan", "CaptureReader", "PeekPartition", "PeekReader", "capture_layout", "decode_rows",
-    "iter_capture_rows", "plan_capture",
+    "CapturePartition",
+    "CapturePlan",
+    "CaptureReader",
+    "PeekPartition",
+    "PeekReader",
+    "capture_layout",
+    "decode_rows",
+    "iter_capture_rows",
+    "plan_capture",
 ]
 
 _B, _C, _R, _Y, _O = (ord(c) for c in "BCRYO")
@@ -65,7 +72,7 @@ class CapturePlan:
 
 def _first_bytes(data: pa.BinaryArray) -> np.ndarray:
     """The kind byte of every message of a binary column, without touching the rest."""
-    offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=data.offset + len(data) + 1)[data.offset:]
+    offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=data.offset + len(data) + 1)[data.offset :]
     values = data.buffers()[2]
     if values is None or len(data) == 0:
         return np.zeros(len(data), dtype=np.uint8)
@@ -101,8 +108,7 @@ def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: in
             key = (version.qualified_name, version.version)
             if (message.relation_id, version.version) not in seen_shapes:
                 seen_shapes.add((message.relation_id, version.version))
-                shapes.setdefault(key[0], []).append(spark_schema(list(message.columns), registry,
-                                                                  binary=info.binary))
+                shapes.setdefault(key[0], []).append(spark_schema(list(message.columns), registry, binary=info.binary))
         elif isinstance(message, Type):
             types[message.type_oid] = (in_stream, data, None)
 
@@ -157,8 +163,13 @@ def plan_capture(path: str, *, partition_rows: int = 100_000, num_partitions: in
                             apply(in_stream, raw, lsn)
                         event.release()
                 safe_after = k in (_c, _A, _K, _r)
-            if (safe_after and not (in_plain or in_block or in_prepare) and assembler.open_transactions == 0
-                    and row + 1 - cut_start >= target and row + 1 < total):
+            if (
+                safe_after
+                and not (in_plain or in_block or in_prepare)
+                and assembler.open_transactions == 0
+                and row + 1 - cut_start >= target
+                and row + 1 < total
+            ):
                 partitions.append(CapturePartition(str(path), cut_start, row + 1, prelude, config))
                 cut_start, prelude = row + 1, snapshot()
         row0 += len(batch)
@@ -179,8 +190,10 @@ def _capture_chunks(path: str) -> Iterator[tuple[int, Callable[[], pa.Table | pa
     else:
         parquet = pq.ParquetFile(path)
         for g in range(parquet.metadata.num_row_groups):
-            yield (parquet.metadata.row_group(g).num_rows,
-                   functools.partial(parquet.read_row_group, g, columns=["lsn", "data"]))
+            yield (
+                parquet.metadata.row_group(g).num_rows,
+                functools.partial(parquet.read_row_group, g, columns=["lsn", "data"]),
+            )
 
 
 def _same(value: pa.RecordBatch) -> pa.RecordBatch:
@@ -200,18 +213,21 @@ def iter_capture_rows(path: str, start: int, end: int) -> Iterator[tuple[int, by
         offset += n
 
 
-def decode_rows(rows: Iterator[tuple[int, bytes]], decoder: TaskDecoder, *, streaming_parallel: bool | None,
-                memory_budget: int) -> Iterator[pa.RecordBatch]:
+def decode_rows(
+    rows: Iterator[tuple[int, bytes]], decoder: TaskDecoder, *, streaming_parallel: bool | None, memory_budget: int
+) -> Iterator[pa.RecordBatch]:
     """Assemble raw messages into committed transactions and decode them (tasks)."""
-    assembler = TransactionAssembler(decoder.config.protocol_version, streaming_parallel=streaming_parallel,
-                                     memory_budget=memory_budget, window=True)  # a capture or a peek
+    assembler = TransactionAssembler(
+        decoder.config.protocol_version, streaming_parallel=streaming_parallel, memory_budget=memory_budget, window=True
+    )  # a capture or a peek
     try:
         for lsn, data in rows:
             for event in assembler.feed(lsn, data):
                 if isinstance(event, CommittedTransaction):
                     try:
-                        yield from decoder.add(TransactionFacts.of(event),
-                                               ((seq, *m) for seq, m in enumerate(event.messages())))
+                        yield from decoder.add(
+                            TransactionFacts.of(event), ((seq, *m) for seq, m in enumerate(event.messages()))
+                        )
                     finally:
                         event.release()
         yield from decoder.flush()
@@ -227,16 +243,23 @@ class CaptureReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> list[CapturePartition]:
-        plan = plan_capture(self.options.path or "", partition_rows=self.options.partition_rows,
-                            num_partitions=self.options.num_partitions)
+        plan = plan_capture(
+            self.options.path or "",
+            partition_rows=self.options.partition_rows,
+            num_partitions=self.options.num_partitions,
+        )
         return list(plan.partitions)
 
     def read(self, partition: CapturePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         decoder = TaskDecoder(partition.config, self.schema, self.options.table, chunk_rows=self.options.batch_rows)
         decoder.seed(partition.prelude)
         rows = iter_capture_rows(partition.path, partition.start_row, partition.end_row)
-        yield from decode_rows(rows, decoder, streaming_parallel=partition.config.streaming_parallel,
-                               memory_budget=self.options.memory_budget)
+        yield from decode_rows(
+            rows,
+            decoder,
+            streaming_parallel=partition.config.streaming_parallel,
+            memory_budget=self.options.memory_budget,
+        )
 
 
 def capture_layout(options: SourceOptions) -> OutputLayout:
@@ -275,8 +298,9 @@ class PeekReader(DataSourceReader):
             resolved = options.stream_options().resolve(conn.info.server_version)
             _, registrations = catalog_layout(conn, options.publications, options.table, binary=options.binary)
             (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()  # type: ignore[misc]  # one row
-        config = DecodeConfig(resolved.proto_version, resolved.streaming_parallel, resolved.binary,
-                              tuple(registrations))
+        config = DecodeConfig(
+            resolved.proto_version, resolved.streaming_parallel, resolved.binary, tuple(registrations)
+        )
         return [PeekPartition(options.dsn, options.slot, tuple(resolved.plugin_options()), parse_lsn(upto), config)]
 
     def read(self, partition: PeekPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
@@ -287,6 +311,9 @@ class PeekReader(DataSourceReader):
         decoder = TaskDecoder(partition.config, self.schema, self.options.table, chunk_rows=self.options.batch_rows)
         with psycopg.connect(partition.dsn) as conn:
             rows = slot_changes(conn, partition.slot, dict(partition.plugin_options), upto_lsn=partition.upto_lsn)
-            yield from decode_rows(rows, decoder, streaming_parallel=partition.config.streaming_parallel,
-                                   memory_budget=self.options.memory_budget)
-
+            yield from decode_rows(
+                rows,
+                decoder,
+                streaming_parallel=partition.config.streaming_parallel,
+                memory_budget=self.options.memory_budget,
+            )

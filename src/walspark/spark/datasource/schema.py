@@ -162,8 +162,12 @@ class TableShape:
     @classmethod
     def from_published(cls, table: PublishedTable) -> TableShape:
         """The shape of a table the catalog says is published (:mod:`walspark.source.catalog`)."""
-        return cls(table.schema, table.table, tuple((c.name, c.type_oid, c.typmod) for c in table.columns),
-                   tuple(ColumnFacts(c.attnum, c.missing, c.has_default) for c in table.columns))
+        return cls(
+            table.schema,
+            table.table,
+            tuple((c.name, c.type_oid, c.typmod) for c in table.columns),
+            tuple(ColumnFacts(c.attnum, c.missing, c.has_default) for c in table.columns),
+        )
 
     @property
     def qualified_name(self) -> str:
@@ -173,8 +177,12 @@ class TableShape:
         struct = spark_schema(list(self.columns), registry, binary=binary)
         if not self.facts:
             return struct
-        return T.StructType([T.StructField(f.name, f.dataType, f.nullable, {**(f.metadata or {}), **facts.metadata()})
-                             for f, facts in zip(struct.fields, self.facts, strict=True)])
+        return T.StructType(
+            [
+                T.StructField(f.name, f.dataType, f.nullable, {**(f.metadata or {}), **facts.metadata()})
+                for f, facts in zip(struct.fields, self.facts, strict=True)
+            ]
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +204,13 @@ class OutputLayout:
             columns = self.tables[self.table]
             clash = [f.name for f in columns.fields if f.name in ENVELOPE_NAMES or f.name in ("_old", "_unchanged")]
             if clash:
-                raise ValueError(f"table {self.table} has columns named like walspark's own ({', '.join(clash)}); "
-                                 "read it in all-tables mode instead (no table option)")
-            return T.StructType([*_envelope_fields(), *columns.fields, T.StructField("_old", columns, True),
-                                 _unchanged_field()])
+                raise ValueError(
+                    f"table {self.table} has columns named like walspark's own ({', '.join(clash)}); "
+                    "read it in all-tables mode instead (no table option)"
+                )
+            return T.StructType(
+                [*_envelope_fields(), *columns.fields, T.StructField("_old", columns, True), _unchanged_field()]
+            )
         fields = [*_envelope_fields(), _unchanged_field()]
         for name in sorted(self.tables):
             fields.append(T.StructField(name, self.tables[name], True))
@@ -222,8 +233,10 @@ class OutputLayout:
             if f.name in ENVELOPE_NAMES or f.name == "_unchanged" or f.name.endswith(OLD_SUFFIX):
                 continue
             if not isinstance(f.dataType, T.StructType) or f.name + OLD_SUFFIX not in names:
-                raise ValueError(f"column {f.name!r} is not a table column pair (expected {f.name!r} and "
-                                 f"{f.name + OLD_SUFFIX!r} structs)")
+                raise ValueError(
+                    f"column {f.name!r} is not a table column pair (expected {f.name!r} and "
+                    f"{f.name + OLD_SUFFIX!r} structs)"
+                )
             tables[f.name] = f.dataType
         return cls(None, tables)
 
@@ -234,7 +247,10 @@ class OutputLayout:
 # --------------------------------------------------------------------------- shape checks
 
 _WIDENINGS = {
-    ("smallint", "int"), ("smallint", "bigint"), ("int", "bigint"), ("float", "double"),
+    ("smallint", "int"),
+    ("smallint", "bigint"),
+    ("int", "bigint"),
+    ("float", "double"),
 }
 
 
@@ -244,8 +260,7 @@ def _fits(actual: T.DataType, declared: T.DataType) -> bool:
     if (_plain(actual), _plain(declared)) in _WIDENINGS:
         return True
     if isinstance(actual, T.DecimalType) and isinstance(declared, T.DecimalType):
-        return (declared.scale >= actual.scale
-                and declared.precision - declared.scale >= actual.precision - actual.scale)
+        return declared.scale >= actual.scale and declared.precision - declared.scale >= actual.precision - actual.scale
     if isinstance(actual, T.StructType) and isinstance(declared, T.StructType):
         want = {f.name: f.dataType for f in declared.fields}
         return all(f.name in want and _fits(f.dataType, want[f.name]) for f in actual.fields)
@@ -254,8 +269,14 @@ def _fits(actual: T.DataType, declared: T.DataType) -> bool:
     return False
 
 
-def relation_misfit(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
-                    registry: TypeRegistry, *, binary: bool = False) -> str | None:
+def relation_misfit(
+    layout: OutputLayout,
+    qualified_name: str,
+    columns: Sequence[RelationColumn],
+    registry: TypeRegistry,
+    *,
+    binary: bool = False,
+) -> str | None:
     """Why rows of this Relation do not fit the declared schema (None when they fit).
 
     Fits: every column of the Relation exists in the declared table with the same Spark type
@@ -274,13 +295,21 @@ def relation_misfit(layout: OutputLayout, qualified_name: str, columns: Sequence
         if f.name not in want:
             return f"new column {f.name!r} ({_plain(f.dataType)}) is not in the query's schema (ALTER TABLE)"
         if not _fits(f.dataType, want[f.name]):
-            return (f"column {f.name!r} is {_plain(f.dataType)} in the stream, {_plain(want[f.name])} in the query's "
-                    "schema (ALTER TABLE)")
+            return (
+                f"column {f.name!r} is {_plain(f.dataType)} in the stream, {_plain(want[f.name])} in the query's "
+                "schema (ALTER TABLE)"
+            )
     return None
 
 
-def check_relation(layout: OutputLayout, qualified_name: str, columns: Sequence[RelationColumn],
-                   registry: TypeRegistry, *, binary: bool = False) -> None:
+def check_relation(
+    layout: OutputLayout,
+    qualified_name: str,
+    columns: Sequence[RelationColumn],
+    registry: TypeRegistry,
+    *,
+    binary: bool = False,
+) -> None:
     """Raise :class:`SchemaChangedError` unless rows of this Relation fit the declared schema
     (see :func:`relation_misfit`)."""
     reason = relation_misfit(layout, qualified_name, columns, registry, binary=binary)
@@ -358,8 +387,9 @@ def catalog_registrations(conn: Any, type_oids: Iterable[int]) -> tuple[TypeRegi
                     " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
                     (relid,),
                 ).fetchall()
-                out.append(TypeRegistration("composite", oid, name, fields=tuple((f, int(t), int(m))
-                                                                                 for f, t, m in fields)))
+                out.append(
+                    TypeRegistration("composite", oid, name, fields=tuple((f, int(t), int(m)) for f, t, m in fields))
+                )
                 more.extend(int(t) for _, t, _ in fields)
             elif typtype == "r" and subtype:
                 out.append(TypeRegistration("range", oid, name, base_oid=subtype))

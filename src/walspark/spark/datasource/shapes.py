@@ -43,8 +43,12 @@ def _read_json(path: Location) -> object | None:
         return None
 
 
-def record_barrier(directory: str | Path | Location, end_lsn: int, shapes: Mapping[str, Sequence[Columns]],
-                   reasons: Sequence[tuple[str, str]]) -> None:
+def record_barrier(
+    directory: str | Path | Location,
+    end_lsn: int,
+    shapes: Mapping[str, Sequence[Columns]],
+    reasons: Sequence[tuple[str, str]],
+) -> None:
     """Remember the non-fitting shapes of the transaction ending at ``end_lsn`` (per table, in stream
     order), replacing what an earlier barrier recorded for the same tables, and the barrier itself."""
     directory = location(directory)
@@ -84,8 +88,12 @@ def _fits(actual: T.DataType, declared: T.DataType) -> bool:
     return fits(actual, declared)
 
 
-def merge_recorded(name: str, declared: T.StructType | None, recorded: Sequence[T.StructType],
-                   history: Mapping[int, str | None] | None = None) -> T.StructType:
+def merge_recorded(
+    name: str,
+    declared: T.StructType | None,
+    recorded: Sequence[T.StructType],
+    history: Mapping[int, str | None] | None = None,
+) -> T.StructType:
     """The catalog's struct of a table widened to hold the recorded stream shapes too.
 
     Catalog columns come first and keep their catalog facts (attnum, missing value) as long as
@@ -130,8 +138,9 @@ def merge_recorded(name: str, declared: T.StructType | None, recorded: Sequence[
 _MAX_PLACEMENTS = 20_000
 
 
-def identify_old_columns(catalog: T.StructType, shape: T.StructType,
-                         history: Mapping[int, str | None]) -> dict[str, str | bool | None]:
+def identify_old_columns(
+    catalog: T.StructType, shape: T.StructType, history: Mapping[int, str | None]
+) -> dict[str, str | bool | None]:
     """Which column each column of an older stream shape is now, for those the catalog does not
     name: the catalog column's name (renamed since), None (dropped since) or True (cannot tell).
 
@@ -164,8 +173,10 @@ def identify_old_columns(catalog: T.StructType, shape: T.StructType,
                 if any(n in published and n not in chosen and n < top for n in between):
                     continue  # a live column older than one the shape holds would be missing
                 names = [published.get(n) for n in chosen]
-                if any(now is not None and not _compatible(f.dataType, catalog[now].dataType)
-                       for f, now in zip(run, names, strict=True)):
+                if any(
+                    now is not None and not _compatible(f.dataType, catalog[now].dataType)
+                    for f, now in zip(run, names, strict=True)
+                ):
                     continue
                 for seen, now in zip(outcomes, names, strict=True):
                     seen.add(now)

@@ -35,8 +35,14 @@ class PgoutputDataSource(DataSource):
 
         assert options.dsn
         with psycopg.connect(options.dsn, autocommit=True) as conn:
-            layout, _ = catalog_layout(conn, options.publications, options.table, binary=options.binary,
-                                       staging_path=options.staging_location(), slot=options.slot)
+            layout, _ = catalog_layout(
+                conn,
+                options.publications,
+                options.table,
+                binary=options.binary,
+                staging_path=options.staging_location(),
+                slot=options.slot,
+            )
         return layout.spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:

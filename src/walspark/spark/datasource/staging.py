@@ -191,10 +191,19 @@ class Stager(TwoPhaseStaging):
         self._prepared = PreparedStore(self.directory / "prepared")
         # Spilled transactions are this process's scratch: beside the segments on a local disk,
         # in a temporary folder when the staging path is on an object store.
-        self._spill_dir = (Path(self.directory.path) / "spill" if self.directory.is_local
-                           else Path(tempfile.gettempdir()) / f"walspark-spill-{os.getpid()}-{slot}")
-        self.stats = {"transactions": 0, "duplicates": 0, "segments": 0, "prepared": 0, "rolled_back": 0,
-                      "empty_prepared": 0}
+        self._spill_dir = (
+            Path(self.directory.path) / "spill"
+            if self.directory.is_local
+            else Path(tempfile.gettempdir()) / f"walspark-spill-{os.getpid()}-{slot}"
+        )
+        self.stats = {
+            "transactions": 0,
+            "duplicates": 0,
+            "segments": 0,
+            "prepared": 0,
+            "rolled_back": 0,
+            "empty_prepared": 0,
+        }
 
     # ------------------------------------------------------------------ life cycle
 
@@ -219,13 +228,18 @@ class Stager(TwoPhaseStaging):
         self.segment_dir.make_dirs()
         marker = self.directory / _MARKER
         # per-table mode stages one table only: its segments cannot serve another layout
-        identity = {"slot": self.slot, "publications": list(self.stream_options.publication_names),
-                    "table": self.layout.table}
+        identity = {
+            "slot": self.slot,
+            "publications": list(self.stream_options.publication_names),
+            "table": self.layout.table,
+        }
         have = marker.read_json()
         if have is not None:
             if have != identity:
-                raise StagingError(f"staging path {self.directory} belongs to another source ({have}); use one "
-                                   f"staging path per query (slot {self.slot!r})")
+                raise StagingError(
+                    f"staging path {self.directory} belongs to another source ({have}); use one "
+                    f"staging path per query (slot {self.slot!r})"
+                )
         else:
             marker.write_json(identity)
         # A note of the previous process's driver: this query's commits will say it again.
@@ -349,8 +363,10 @@ class Stager(TwoPhaseStaging):
                     raise self._failure
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StagingError(f"Trigger.AvailableNow: the slot did not reach {format_lsn(target)} within "
-                                       f"{timeout:g}s (reached {format_lsn(self._caught_up_to)})")
+                    raise StagingError(
+                        f"Trigger.AvailableNow: the slot did not reach {format_lsn(target)} within "
+                        f"{timeout:g}s (reached {format_lsn(self._caught_up_to)})"
+                    )
                 self._cond.wait(min(left, 1.0))
 
     def commit(self, end: int) -> None:
@@ -384,10 +400,14 @@ class Stager(TwoPhaseStaging):
                 return
             resolved = stream.options
             assert resolved is not None
-            self._proto, self._parallel, self._binary = (resolved.proto_version, resolved.streaming_parallel,
-                                                         resolved.binary)
-            self._prepared.begin(slot_had_two_phase=bool(stream.slot_info and stream.slot_info.two_phase),
-                                 start_lsn=stream.start_lsn)
+            self._proto, self._parallel, self._binary = (
+                resolved.proto_version,
+                resolved.streaming_parallel,
+                resolved.binary,
+            )
+            self._prepared.begin(
+                slot_had_two_phase=bool(stream.slot_info and stream.slot_info.two_phase), start_lsn=stream.start_lsn
+            )
             assembler = self._assembler()
             with self._cond:
                 self._streaming = True
@@ -429,7 +449,9 @@ class Stager(TwoPhaseStaging):
         except BaseException as exc:  # reported to the Spark-facing side
             # One line: the failure itself reaches the user through the query's error; the
             # traceback is for debugging (-vv).
-            log.error("stager of slot %s failed: %s", self.slot, redact_secrets(str(exc), self.dsn) or type(exc).__name__)
+            log.error(
+                "stager of slot %s failed: %s", self.slot, redact_secrets(str(exc), self.dsn) or type(exc).__name__
+            )
             log.debug("stager of slot %s failed", self.slot, exc_info=True)
             with self._cond:
                 self._failure = exc
@@ -465,20 +487,33 @@ class Stager(TwoPhaseStaging):
         if self._staged_bytes <= self.staging_max_bytes:
             return False
         with self._cond:
-            return (self._staged_bytes > self.staging_max_bytes and bool(self._entry_ends)
-                    and self._entry_ends[-1] > self._offered)
+            return (
+                self._staged_bytes > self.staging_max_bytes
+                and bool(self._entry_ends)
+                and self._entry_ends[-1] > self._offered
+            )
 
     def _assembler(self) -> TransactionAssembler:
-        return TransactionAssembler(self._proto, streaming_parallel=self._parallel, memory_budget=self.memory_budget,
-                                    spill_dir=self._spill_dir, hand_over_prepared=True)
+        return TransactionAssembler(
+            self._proto,
+            streaming_parallel=self._parallel,
+            memory_budget=self.memory_budget,
+            spill_dir=self._spill_dir,
+            hand_over_prepared=True,
+        )
 
     def _open_stream(self) -> ReplicationStream | None:
         """Open the stream; a slot still held by a previous (killed) run is waited for."""
         deadline = time.monotonic() + self.slot_wait_seconds
         while True:
-            stream = self._stream_factory(self.dsn, self.slot, self.stream_options, idle_confirm=True,
-                                          before_idle_confirm=self._record_idle_confirm,
-                                          status_interval=self.status_interval)
+            stream = self._stream_factory(
+                self.dsn,
+                self.slot,
+                self.stream_options,
+                idle_confirm=True,
+                before_idle_confirm=self._record_idle_confirm,
+                status_interval=self.status_interval,
+            )
             try:
                 return stream.open()
             except (SlotInUse, ConnectionLost) as exc:
@@ -520,8 +555,7 @@ class Stager(TwoPhaseStaging):
                 if self._seen > self._caught_up_to:
                     self._caught_up_to = self._seen
                     self._cond.notify_all()
-        if (self.heartbeat_seconds and now - self._last_activity >= self.heartbeat_seconds
-                and not self._pending_entries):
+        if self.heartbeat_seconds and now - self._last_activity >= self.heartbeat_seconds and not self._pending_entries:
             self._heartbeat()
         if target is not None and self._seen < target and now - last_ping >= 0.2:
             stream.send_feedback(reply_requested=True)  # the server answers with a keepalive: its position
@@ -544,7 +578,8 @@ class Stager(TwoPhaseStaging):
             if self._heartbeat_conn is None:
                 self._heartbeat_conn = psycopg.connect(self.dsn, autocommit=True)
             self._heartbeat_conn.execute(  # type: ignore[attr-defined]
-                "SELECT pg_logical_emit_message(true, 'walspark.heartbeat', '')")
+                "SELECT pg_logical_emit_message(true, 'walspark.heartbeat', '')"
+            )
         except psycopg.Error as exc:
             log.warning("heartbeat on slot %s failed (%s); retrying in %gs", self.slot, exc, self.heartbeat_seconds)
             if self._heartbeat_conn is not None:
@@ -677,8 +712,9 @@ class Stager(TwoPhaseStaging):
         if have is not None and have[0] == version.version:
             reason = have[1]
         else:
-            reason = relation_misfit(self.layout, version.qualified_name, version.columns, self.registry,
-                                     binary=self._binary)
+            reason = relation_misfit(
+                self.layout, version.qualified_name, version.columns, self.registry, binary=self._binary
+            )
             self._verdicts[rid] = (version.version, reason)
         if reason is not None:
             columns = tuple((c.name, c.type_oid, c.type_modifier) for c in version.columns)
@@ -692,9 +728,11 @@ class Stager(TwoPhaseStaging):
             shapes.setdefault(table, []).append(columns)
             reasons.setdefault(table, reason)
         record_barrier(self.directory, end, shapes, list(reasons.items()))
-        exc = SchemaChangedError("; ".join(f"table {t}: {r}" for t, r in reasons.items())
-                                 + f" (transaction ending at {format_lsn(end)}); restart the query to pick up the new "
-                                 "shape (walspark run does it itself)")
+        exc = SchemaChangedError(
+            "; ".join(f"table {t}: {r}" for t, r in reasons.items())
+            + f" (transaction ending at {format_lsn(end)}); restart the query to pick up the new "
+            "shape (walspark run does it itself)"
+        )
         log.warning("stager of slot %s: %s", self.slot, exc)
         with self._cond:
             self._barrier = exc
@@ -729,8 +767,9 @@ class Stager(TwoPhaseStaging):
         self._pending_entries = []
         self._pending_touched = set()
 
-    def _write(self, builder: SegmentBuilder, snapshot: tuple[dict, dict], touched: set[int],
-               entries: tuple[TxnEntry, ...]) -> SegmentName:
+    def _write(
+        self, builder: SegmentBuilder, snapshot: tuple[dict, dict], touched: set[int], entries: tuple[TxnEntry, ...]
+    ) -> SegmentName:
         rels, types = snapshot
         prelude = [row for row in types.values()] + [rels[r] for r in sorted(touched) if r in rels]
         batch = builder.to_batch(prelude)

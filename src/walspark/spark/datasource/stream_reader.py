@@ -58,7 +58,9 @@ class SegmentPartition(InputPartition):
     registrations: tuple[TypeRegistration, ...] = ()
 
 
-def group_segments(paths: Sequence[Location | Path], target_bytes: int = PARTITION_TARGET_BYTES) -> list[tuple[str, ...]]:
+def group_segments(
+    paths: Sequence[Location | Path], target_bytes: int = PARTITION_TARGET_BYTES
+) -> list[tuple[str, ...]]:
     """Consecutive segments in groups of about ``target_bytes`` (a segment at or above it alone)."""
     groups: list[tuple[str, ...]] = []
     group: list[str] = []
@@ -133,8 +135,10 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._connect() as conn:
             info = get_slot(conn, self.options.slot)
         if info is None:
-            raise SlotNotFound(f"replication slot {self.options.slot!r} does not exist; create it first "
-                               "(walspark slot create, or pg_create_logical_replication_slot(name, 'pgoutput'))")
+            raise SlotNotFound(
+                f"replication slot {self.options.slot!r} does not exist; create it first "
+                "(walspark slot create, or pg_create_logical_replication_slot(name, 'pgoutput'))"
+            )
         lsn = info.confirmed_flush_lsn if info.confirmed_flush_lsn is not None else info.restart_lsn
         self._live()
         return to_offset(lsn or 0)
@@ -159,8 +163,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_bytes = self.options.max_bytes_per_batch
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
-        end = plan_end(stager.entries_after(begin), begin, max_rows=max_rows, max_bytes=max_bytes,
-                       target=self._target)
+        end = plan_end(stager.entries_after(begin), begin, max_rows=max_rows, max_bytes=max_bytes, target=self._target)
         stager.offered(end)
         if end == begin:
             barrier = stager.schema_barrier()
@@ -216,8 +219,9 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
 
         def make(config: DecodeConfig) -> TaskDecoder:
-            config = DecodeConfig(config.protocol_version, config.streaming_parallel, config.binary,
-                                  partition.registrations)
+            config = DecodeConfig(
+                config.protocol_version, config.streaming_parallel, config.binary, partition.registrations
+            )
             return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
 
         yield from decode_segments(partition.paths, partition.start, partition.end, make, o.storage)

@@ -180,8 +180,11 @@ def apply_table(
     engines = []
     for i, (part, part_facts, part_arrow) in enumerate(runs):
         txn = txn_app_id(app_id, schema, name, run_step(i))
-        if part_arrow is not None and driver_merge.plain(part_facts, names) \
-                and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note):
+        if (
+            part_arrow is not None
+            and driver_merge.plain(part_facts, names)
+            and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note)
+        ):
             engines.append("delta-rs")  # (a run without a key comes here with inserts only: nothing dropped)
             continue
         engines.append("Spark")
@@ -269,5 +272,3 @@ def _apply_scd1(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Se
             _say_keyless(tgt)
         source = append_only(changes, names)
     merge_scd1(tgt, source, facts.keys, names, dropped, truncated=bool(facts.truncates))
-
-

@@ -43,7 +43,9 @@ def _segment(truncates: Sequence) -> Column:
 
     if not truncates:
         return F.lit(0)
-    return functools.reduce(operator.add, [F.when(lsn_literal_order(t.commit_lsn, t.seq), 1).otherwise(0) for t in truncates])
+    return functools.reduce(
+        operator.add, [F.when(lsn_literal_order(t.commit_lsn, t.seq), 1).otherwise(0) for t in truncates]
+    )
 
 
 def carried_col(i: int) -> str:
@@ -51,7 +53,9 @@ def carried_col(i: int) -> str:
     return f"{_P}c{i}"
 
 
-def _carry_across_key_changes(changes: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: TargetTable) -> DataFrame:
+def _carry_across_key_changes(
+    changes: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: TargetTable
+) -> DataFrame:
     """An update that changed the key carries, for its unchanged-TOAST columns, the old key's values.
 
     They are the old key's values just before the change — the running values at its departure
@@ -64,7 +68,9 @@ def _carry_across_key_changes(changes: DataFrame, facts: BatchFacts, names: Sequ
     nkeys = len(facts.keys)
     keys = [key_column(i) for i in range(nkeys)]
     carried = [carried_col(i) for i in range(len(names))]
-    running = Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    running = (
+        Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     departures = changes.select(
         *keys, "_commit_lsn", "_seq", f"{_P}sub", *[F.last(c, ignorenulls=True).over(running).alias(c) for c in carried]
     ).where(F.col(f"{_P}sub") == 0)
@@ -77,18 +83,29 @@ def _carry_across_key_changes(changes: DataFrame, facts: BatchFacts, names: Sequ
     present = set(current.columns)
     current = current.select(
         *[F.col(quote(k)).alias(f"{_P}o{i}") for i, k in enumerate(facts.keys)],
-        *[F.struct(F.col(quote(c)).alias("v")).alias(f"{_P}o{carried[i]}") for i, c in enumerate(names) if c in present],
+        *[
+            F.struct(F.col(quote(c)).alias("v")).alias(f"{_P}o{carried[i]}")
+            for i, c in enumerate(names)
+            if c in present
+        ],
     )
     moves = changes.where(F.col(f"{_P}from").isNotNull())
     old_key = [F.col(f"{_P}from").getField(f"k{i}") for i in range(nkeys)]
     moves = moves.join(
         departures,
         functools.reduce(operator.and_, [o.eqNullSafe(F.col(f"{_P}d{i}")) for i, o in enumerate(old_key)])
-        & (F.col("_commit_lsn") == F.col(f"{_P}dlsn")) & (F.col("_seq") == F.col(f"{_P}dseq")),
+        & (F.col("_commit_lsn") == F.col(f"{_P}dlsn"))
+        & (F.col("_seq") == F.col(f"{_P}dseq")),
         "left",
-    ).join(current, functools.reduce(operator.and_, [o.eqNullSafe(F.col(f"{_P}o{i}")) for i, o in enumerate(old_key)]), "left")
+    ).join(
+        current,
+        functools.reduce(operator.and_, [o.eqNullSafe(F.col(f"{_P}o{i}")) for i, o in enumerate(old_key)]),
+        "left",
+    )
     filled = [
-        F.coalesce(F.col(c), F.col(f"{_P}d{c}"), *([F.col(f"{_P}o{c}")] if f"{_P}o{c}" in moves.columns else [])).alias(c)
+        F.coalesce(F.col(c), F.col(f"{_P}d{c}"), *([F.col(f"{_P}o{c}")] if f"{_P}o{c}" in moves.columns else [])).alias(
+            c
+        )
         for c in carried
     ]
     others = [c for c in changes.columns if c not in set(carried)]
@@ -110,7 +127,9 @@ def versions(rows: DataFrame, facts: BatchFacts, names: Sequence[str], tgt: Targ
     )  # fmt: skip
     if facts.moved_unchanged:
         changes = _carry_across_key_changes(changes, facts, names, tgt)
-    running = Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    running = (
+        Window.partitionBy(*keys).orderBy(*ORDER_COLUMNS).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     changes = changes.select(
         *keys, "_op", "_commit_lsn", "_commit_time", "_seq", f"{_P}sub", f"{_P}seg",
         *[F.last(carried[i], ignorenulls=True).over(running).alias(value_column(i)) for i in range(len(names))],

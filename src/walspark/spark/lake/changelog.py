@@ -182,8 +182,14 @@ class ChangeLog:
         """The batch ids in ``(after, upto]`` that appended rows, in order."""
         from pyspark.sql import functions as F
 
-        rows = (self.spark.read.format("delta").load(self.path)
-                .where((F.col(BATCH_ID) > after) & (F.col(BATCH_ID) <= upto)).select(BATCH_ID).distinct().collect())
+        rows = (
+            self.spark.read.format("delta")
+            .load(self.path)
+            .where((F.col(BATCH_ID) > after) & (F.col(BATCH_ID) <= upto))
+            .select(BATCH_ID)
+            .distinct()
+            .collect()
+        )
         return sorted(r[0] for r in rows)
 
     def last_appended(self, known: dict[str, Any] | None) -> int | None:
@@ -279,7 +285,9 @@ def append_batch(spark: SparkSession, rows: DataFrame, batch_id: int, facts: Any
     if last is not None and last >= batch_id:
         log.info("%s.%s: batch %d already in the change log (its progress row was not written)", schema, name,
                  batch_id)  # fmt: skip
-        return ApplyResult(schema, name, changes.path, facts.rows, skipped=True, commit_lsn=facts.max_commit_lsn), record
+        return ApplyResult(
+            schema, name, changes.path, facts.rows, skipped=True, commit_lsn=facts.max_commit_lsn
+        ), record
     after_lsn = done.commit_lsn if done is not None else None  # commits the table has: left out
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})
     changes.append(rows, batch_id, {"userMetadata": note}, known, before_reshape, arrow, after_lsn)

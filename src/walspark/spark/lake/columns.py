@@ -102,5 +102,3 @@ def change_order() -> Column:
     from pyspark.sql import functions as F
 
     return F.struct(*[F.col(c) for c in ORDER_COLUMNS])
-
-

@@ -397,12 +397,22 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
         picks += [i] * max(final, 0)
         actions += ["insert"] * max(final, 0)
     action = f"{_P}action"
-    source = counts.select(list(names)).take(pa.array(picks, pa.int64())).append_column(action, pa.array(actions, pa.string()))
-    on = " AND ".join([f"(s.{_quote(action)} = 'match')",  # (each in parentheses: delta-rs's parser
-                       *[f"(t.{_quote(n)} IS NOT DISTINCT FROM s.{_quote(n)})" for n in names]])  # binds AND first)
-    merge = (table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
-             .when_matched_delete()
-             .when_not_matched_insert({_quote(n): f"s.{_quote(n)}" for n in names}, f"s.{_quote(action)} = 'insert'"))
+    source = (
+        counts.select(list(names))
+        .take(pa.array(picks, pa.int64()))
+        .append_column(action, pa.array(actions, pa.string()))
+    )
+    on = " AND ".join(
+        [
+            f"(s.{_quote(action)} = 'match')",  # (each in parentheses: delta-rs's parser
+            *[f"(t.{_quote(n)} IS NOT DISTINCT FROM s.{_quote(n)})" for n in names],
+        ]
+    )  # binds AND first)
+    merge = (
+        table.merge(source, on, source_alias="s", target_alias="t", commit_properties=properties)
+        .when_matched_delete()
+        .when_not_matched_insert({_quote(n): f"s.{_quote(n)}" for n in names}, f"s.{_quote(action)} = 'insert'")
+    )
     if truncated:
         merge = merge.when_not_matched_by_source_delete()
     merge.execute()

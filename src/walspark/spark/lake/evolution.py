@@ -27,8 +27,16 @@ from walspark.spark.datasource.schema import (
 )
 from walspark.spark.lake.tables import quote, table_properties
 
-__all__ = ["ATTNUMS_PROPERTY", "ColumnIds", "SchemaEvolutionError", "TargetTable", "attnums_property", "follow_catalog",
-           "follow_ddl", "parse_attnums"]
+__all__ = [
+    "ATTNUMS_PROPERTY",
+    "ColumnIds",
+    "SchemaEvolutionError",
+    "TargetTable",
+    "attnums_property",
+    "follow_catalog",
+    "follow_ddl",
+    "parse_attnums",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +74,10 @@ def parse_attnums(text: str | None) -> ColumnIds:
         data = {}
     if not isinstance(data, dict):
         data = {}
-    return ColumnIds({str(k): int(v) for k, v in (data.get("attnums") or {}).items()},
-                     {str(k): str(v) for k, v in (data.get("renamed") or {}).items()})
+    return ColumnIds(
+        {str(k): int(v) for k, v in (data.get("attnums") or {}).items()},
+        {str(k): str(v) for k, v in (data.get("renamed") or {}).items()},
+    )
 
 
 def attnums_property(fields: Iterable[StructField]) -> tuple[str, str] | None:
@@ -116,7 +126,11 @@ def _widening(source: DataType, target: DataType) -> DataType | Literal[False] |
         wide = DecimalType(digits + scale, scale)
         return None if wide == target else wide
     if s in _INTEGRAL and isinstance(target, DecimalType):
-        return None if target.precision - target.scale >= {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[s] else False
+        return (
+            None
+            if target.precision - target.scale >= {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}[s]
+            else False
+        )
     return False
 
 
@@ -176,8 +190,10 @@ class TargetTable:
         return parse_attnums(properties.get(ATTNUMS_PROPERTY))
 
     def set_column_ids(self, ids: ColumnIds) -> None:
-        self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES "
-                       f"({sql_string(ATTNUMS_PROPERTY)} = {sql_string(ids.to_json())})")
+        self.spark.sql(
+            f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES "
+            f"({sql_string(ATTNUMS_PROPERTY)} = {sql_string(ids.to_json())})"
+        )
 
     def columns(self) -> list[StructField]:
         """The table's columns: from its log with delta-rs where it is local (no Spark snapshot)."""
@@ -204,9 +220,13 @@ class TargetTable:
         extra = {name for name, _ in extra_ddl}
         present = {f.name for f in fields}
         cached = known.get(self.path) if known is not None else None
-        if cached is not None and extra <= cached.keys() and all(
-            cached.get(f.name) is not None and _widening(f.dataType, cached[f.name]) is None  # type: ignore[arg-type]
-            for f in fields
+        if (
+            cached is not None
+            and extra <= cached.keys()
+            and all(
+                cached.get(f.name) is not None and _widening(f.dataType, cached[f.name]) is None  # type: ignore[arg-type]
+                for f in fields
+            )
         ):
             return [name for name in cached if name not in present and name not in extra]
         schema = self._evolve(fields, extra_ddl)
@@ -214,7 +234,9 @@ class TargetTable:
             known[self.path] = schema
         return [name for name in schema if name not in present and name not in extra]
 
-    def _evolve(self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]]) -> dict[str, DataType | None]:
+    def _evolve(
+        self, fields: Sequence[StructField], extra_ddl: Sequence[tuple[str, str]]
+    ) -> dict[str, DataType | None]:
         """:meth:`evolve` against the Delta table; returns its columns afterwards."""
         if not self.exists():
             self.create(fields, extra_ddl)
@@ -254,7 +276,6 @@ class TargetTable:
         schema.update({f.name: f.dataType for f in added})
         schema.update({name: None for name, _ in extra_ddl if name not in current})
         return schema
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,8 +361,9 @@ def _fill_missing(tgt: TargetTable, columns: Sequence[StructField]) -> None:
     arrays, names = [], []
     for i, f in enumerate(columns):
         md = f.metadata or {}
-        codec = registry.resolve(int(md["pg.type_oid"]), int(md.get("pg.type_modifier", -1)), ColumnOptions(),
-                                 binary=False)
+        codec = registry.resolve(
+            int(md["pg.type_oid"]), int(md.get("pg.type_modifier", -1)), ColumnOptions(), binary=False
+        )
         value = codec.arrow_from_text([str(md[MISSING_KEY]).encode()])
         if isinstance(value, pa.ChunkedArray):
             value = value.combine_chunks()
@@ -349,10 +371,18 @@ def _fill_missing(tgt: TargetTable, columns: Sequence[StructField]) -> None:
         arrays.append(value.cast(arrow_type))
         names.append(f"v{i}")
     source = tgt.spark.createDataFrame(pa.Table.from_arrays(arrays, names=names))
-    log.warning("%s: filling existing rows of %s with their missing value (ADD COLUMN ... DEFAULT)", tgt.qualified,
-                [f.name for f in columns])
-    (DeltaTable.forPath(tgt.spark, tgt.path).alias("t").merge(source.alias("s"), "true")
-     .whenMatchedUpdate(set={quote(f.name): f"s.v{i}" for i, f in enumerate(columns)}).execute())
+    log.warning(
+        "%s: filling existing rows of %s with their missing value (ADD COLUMN ... DEFAULT)",
+        tgt.qualified,
+        [f.name for f in columns],
+    )
+    (
+        DeltaTable.forPath(tgt.spark, tgt.path)
+        .alias("t")
+        .merge(source.alias("s"), "true")
+        .whenMatchedUpdate(set={quote(f.name): f"s.v{i}" for i, f in enumerate(columns)})
+        .execute()
+    )
 
 
 def _renamed(old: str, new: str):
@@ -406,8 +436,9 @@ def _ids_key(path: str) -> str:
     return f"{path}\0ids"
 
 
-def follow_ddl(tgt: TargetTable, rows: TableRows, fields: Sequence[StructField],
-               known: dict[str, Any] | None = None) -> tuple[TableRows, list[StructField]]:
+def follow_ddl(
+    tgt: TargetTable, rows: TableRows, fields: Sequence[StructField], known: dict[str, Any] | None = None
+) -> tuple[TableRows, list[StructField]]:
     """Make the Delta table's columns the batch's by identity (see the module docstring).
 
     Returns the rows and fields to apply (columns still named as before a rename folded into
@@ -456,8 +487,9 @@ def follow_catalog(tgt: TargetTable, declared: Sequence[StructField], *, drained
     if not ids.attnums:
         return False
     if not drained:  # a name the table holds under another attnum: a re-add, not yet
-        catalog = [f for f in catalog
-                   if ids.attnums.get(f.name, int(f.metadata[ATTNUM_KEY])) == int(f.metadata[ATTNUM_KEY])]
+        catalog = [
+            f for f in catalog if ids.attnums.get(f.name, int(f.metadata[ATTNUM_KEY])) == int(f.metadata[ATTNUM_KEY])
+        ]
     if all(_settled(f, ids) for f in catalog):
         return False
     try:

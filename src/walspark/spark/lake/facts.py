@@ -90,9 +90,9 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
         F.count(F.when((F.col("_op") == "U") & (F.size("_unchanged") > 0), 1)).alias("unchanged"),
-        F.collect_list(F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))).alias(
-            "truncs"
-        ),
+        F.collect_list(
+            F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))
+        ).alias("truncs"),
     ]
 
 
@@ -156,6 +156,7 @@ def tables_facts(df: DataFrame, keys: Callable[[str, str], Sequence[str] | None]
         table = (row["_schema"], row["_table"])
         facts[table] = _facts_from_row(row, table, keys(*table))
     return facts
+
 
 def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -> tuple[str, ...]:
     """The columns a run of changes is matched on: the user's keys where the changes carry them,

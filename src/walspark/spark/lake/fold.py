@@ -42,8 +42,10 @@ def keyed_changes(rows: DataFrame, keys: Sequence[str]) -> DataFrame:
     base = rows.where(op.isin("I", "U", "D"))
     if not keys:
         return base.select("*", F.lit(1).alias(f"{_P}sub"), F.lit(None).alias(f"{_P}from"))
-    moved = (op == "U") & F.col("_old").isNotNull() & functools.reduce(
-        operator.or_, [~n.eqNullSafe(o) for n, o in zip(new_key, old_key)]
+    moved = (
+        (op == "U")
+        & F.col("_old").isNotNull()
+        & functools.reduce(operator.or_, [~n.eqNullSafe(o) for n, o in zip(new_key, old_key)])
     )
     keyed = base.select(
         "*",
@@ -139,7 +141,8 @@ def _fill_from(folded: DataFrame, lookup: DataFrame, names: Sequence[str], nkeys
 
     values = [
         F.when(F.array_contains(unchanged, i) & known(i), F.col(f"{p}v{i}")).otherwise(F.col(quote(c))).alias(c)
-        if f"{p}v{i}" in present else F.col(quote(c))
+        if f"{p}v{i}" in present
+        else F.col(quote(c))
         for i, c in enumerate(names)
     ]
     others = [F.col(quote(c)) for c in folded.columns if c not in set(names) and c != f"{_P}unchanged"]
@@ -148,7 +151,9 @@ def _fill_from(folded: DataFrame, lookup: DataFrame, names: Sequence[str], nkeys
     return joined.select(*others, *values, still.alias(f"{_P}unchanged"))
 
 
-def resolve_from_moved_keys(target: TargetTable, folded: DataFrame, names: Sequence[str], keys: Sequence[str]) -> DataFrame:
+def resolve_from_moved_keys(
+    target: TargetTable, folded: DataFrame, names: Sequence[str], keys: Sequence[str]
+) -> DataFrame:
     """Fill unresolved values of rows that arrived by a key change, from the old key's row.
 
     An update that changes the key and leaves a TOASTed column alone sends it as unchanged; the
@@ -180,5 +185,3 @@ def append_only(changes: DataFrame, names: Sequence[str]) -> DataFrame:
         *[F.col(quote(c)) for c in names],
         F.array().cast("array<int>").alias(f"{_P}unchanged"),
     )
-
-

@@ -29,7 +29,6 @@ __all__ = ["Folder", "fold_app_id"]
 Table = tuple[str, str]
 
 
-
 #: The Spark local property naming a job's scheduler pool.
 _POOL = "spark.scheduler.pool"
 
@@ -130,7 +129,9 @@ class Folder:
             write_plan(self.layout, schema, name, plan)
             crash_point("fold-planned")
         else:
-            log.info("%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto)
+            log.info(
+                "%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto
+            )
         options = self.options_for(schema, name)
         session.sparkContext.setJobGroup(f"walspark-fold-{schema}.{name}", f"walspark fold of {schema}.{name}")
         result = self._apply(session, changes, table, options, plan.after, plan.upto)

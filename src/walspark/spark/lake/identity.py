@@ -19,8 +19,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
-
 def run_step(index: int) -> str:
     """The transaction-id step of the ``index``-th identity run of a batch ("" for the first, so a
     batch of one identity keeps the table's plain transaction id)."""
@@ -108,4 +106,3 @@ def run_rows(rows: DataFrame, starts: list[tuple[int, int]], index: int) -> Data
     if index + 1 < len(starts):
         part = part.where(~_at_or_after(*starts[index + 1]))
     return part
-

@@ -22,7 +22,14 @@ from walspark.storage.layout import CHANGES, CHECKPOINTS, HOME, STAGING, TargetL
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MAINTENANCE_HOURS", "Maintained", "MaintenanceSchedule", "delta_tables", "expire_changes", "maintain"]
+__all__ = [
+    "DEFAULT_MAINTENANCE_HOURS",
+    "Maintained",
+    "MaintenanceSchedule",
+    "delta_tables",
+    "expire_changes",
+    "maintain",
+]
 
 #: How often a running pipeline maintains its tables unless told otherwise: daily, like the
 #: scheduled OPTIMIZE/VACUUM jobs Delta's documentation recommends. VACUUM lists each table's

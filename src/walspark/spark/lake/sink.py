@@ -345,7 +345,9 @@ class ApplyChanges:
             if self._sync is not None:  # a table being copied: its changes wait in its pending log
                 routed = self._sync.route(table, part, table_facts, batch_id, session)
                 if routed is None:
-                    return ApplyResult(schema, name, self.layout.table(schema, name), table_facts.rows, skipped=True), None
+                    return ApplyResult(
+                        schema, name, self.layout.table(schema, name), table_facts.rows, skipped=True
+                    ), None
                 part, table_facts = routed
             # the Arrow rows stand for the part only if the table sync kept all of them
             rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
@@ -386,5 +388,3 @@ class ApplyChanges:
         return results
 
     __call__ = foreach_batch
-
-

@@ -70,8 +70,10 @@ def check_unchanged_known(target: TargetTable, source: DataFrame, keys: Sequence
     from pyspark.sql import functions as F
 
     pending = source.where((F.col(f"{_P}op") != "D") & (F.size(F.col(f"{_P}unchanged")) > 0))
-    current = DeltaTable.forPath(target.spark, target.path).toDF().select(
-        *[F.col(quote(k)).alias(f"{_P}t{i}") for i, k in enumerate(keys)], F.lit(True).alias(f"{_P}held")
+    current = (
+        DeltaTable.forPath(target.spark, target.path)
+        .toDF()
+        .select(*[F.col(quote(k)).alias(f"{_P}t{i}") for i, k in enumerate(keys)], F.lit(True).alias(f"{_P}held"))
     )
     match = functools.reduce(
         operator.and_, [pending[f"{_P}k{i}"].eqNullSafe(current[f"{_P}t{i}"]) for i in range(len(keys))]
@@ -86,8 +88,11 @@ def check_unchanged_known(target: TargetTable, source: DataFrame, keys: Sequence
     if not found:
         return
     row = found[0]
-    where = ("the target has no row for that key" if row[f"{_P}held"] is None
-             else "the row came from another key whose value is known neither in the batch nor in the target")
+    where = (
+        "the target has no row for that key"
+        if row[f"{_P}held"] is None
+        else "the row came from another key whose value is known neither in the batch nor in the target"
+    )
     _stop(target, keys, [row[f"{_P}k{i}"] for i in range(len(keys))], [names[i] for i in row[f"{_P}unchanged"]], where)
 
 
@@ -98,8 +103,11 @@ def check_versions_known(target: TargetTable, joined: DataFrame, keys: Sequence[
     ``__ws_tv<i>`` the target's current version's, null where it has no current version)."""
     from pyspark.sql import functions as F
 
-    unknown = [F.when(F.col(f"{_P}v{i}").isNull() & F.col(f"{_P}tv{i}").isNull(), F.lit(i))
-               for i, c in enumerate(names) if c in target_columns]
+    unknown = [
+        F.when(F.col(f"{_P}v{i}").isNull() & F.col(f"{_P}tv{i}").isNull(), F.lit(i))
+        for i, c in enumerate(names)
+        if c in target_columns
+    ]
     if not unknown:
         return
     positions = F.array_compact(F.array(*unknown))
@@ -112,8 +120,13 @@ def check_versions_known(target: TargetTable, joined: DataFrame, keys: Sequence[
     )
     if found:
         row = found[0]
-        _stop(target, keys, [row[f"{_P}k{i}"] for i in range(len(keys))], [names[i] for i in row[f"{_P}unknown"]],
-              "the target has no current version for that key")
+        _stop(
+            target,
+            keys,
+            [row[f"{_P}k{i}"] for i in range(len(keys))],
+            [names[i] for i in row[f"{_P}unknown"]],
+            "the target has no current version for that key",
+        )
 
 
 def _stop(target: TargetTable, keys: Sequence[str], values: Sequence[Any], columns: Sequence[str], where: str) -> None:

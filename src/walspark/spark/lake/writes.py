@@ -173,5 +173,3 @@ def merge_multiset(target: TargetTable, rows: DataFrame, names: Sequence[str], d
     if truncated:
         merge = merge.whenNotMatchedBySourceDelete()
     merge.execute()
-
-

@@ -123,8 +123,14 @@ def _estimate(reltuples: float | None, relpages: int | None, pages: int) -> int 
     return round(reltuples / relpages * pages)
 
 
-def plan_partitions(plan: TablePlan, *, parallelism: int, partition_rows: int = DEFAULT_PARTITION_ROWS,
-                    partition_pages: int | None = None, small_rows: int = SMALL_TABLE_ROWS) -> list[CtidRange]:
+def plan_partitions(
+    plan: TablePlan,
+    *,
+    parallelism: int,
+    partition_rows: int = DEFAULT_PARTITION_ROWS,
+    partition_pages: int | None = None,
+    small_rows: int = SMALL_TABLE_ROWS,
+) -> list[CtidRange]:
     """CTID ranges of whole pages for every relation of ``plan`` (stored on it and returned).
 
     ``partition_pages`` fixes the pages per task; otherwise a task gets about ``partition_rows``
@@ -203,8 +209,18 @@ def publication_tables(conn: Any, publication: str | Sequence[str]) -> list[Tabl
         for leaf in leaf_oids:
             lschema, ltable, reltuples, relpages, pages = conn.execute(_SIZE_QUERY, (leaf,)).fetchone()
             relations.append(Relation(lschema, ltable, int(pages), _estimate(reltuples, relpages, int(pages))))
-        plans.append(TablePlan(rel.schema, rel.table, columns, True, relations, row_filter=rel.row_filter,
-                               attnums={c.name: c.attnum for c in rel.columns}, oid=rel.oid))
+        plans.append(
+            TablePlan(
+                rel.schema,
+                rel.table,
+                columns,
+                True,
+                relations,
+                row_filter=rel.row_filter,
+                attnums={c.name: c.attnum for c in rel.columns},
+                oid=rel.oid,
+            )
+        )
         if not columns:  # PostgreSQL replicates the row count of a table without columns
             plans[-1].columnless_rows = _count_rows(conn, relations, rel.row_filter)
     # Binary COPY needs every column's binary format known; otherwise text COPY, whose string
@@ -278,8 +294,15 @@ def read_record(layout: TargetLayout, settings: StorageSettings | None = None) -
     if data is None:
         return None
     cp = data.get("consistent_point")
-    return SnapshotRecord(data["state"], data["slot"], data["publication"], None if cp is None else parse_lsn(cp),
-                          list(data.get("tables") or []), data.get("started_at", ""), data.get("completed_at"))
+    return SnapshotRecord(
+        data["state"],
+        data["slot"],
+        data["publication"],
+        None if cp is None else parse_lsn(cp),
+        list(data.get("tables") or []),
+        data.get("started_at", ""),
+        data.get("completed_at"),
+    )
 
 
 def _write_record(layout: TargetLayout, record: SnapshotRecord) -> None:
@@ -328,11 +351,15 @@ class SnapshotProgress:
         """A human line: ``public.orders  12/40 tasks  1,200,000 / ~5,000,000 rows  310,000 rows/s  ETA 12s``."""
         est = "?" if self.rows_estimated is None else f"~{self.rows_estimated:,}"
         if self.done:
-            return (f"{self.schema}.{self.table}: done, {self.rows_copied:,} rows in {self.elapsed:.1f}s "
-                    f"({self.rate:,.0f} rows/s, {self.tasks_total} tasks)")
+            return (
+                f"{self.schema}.{self.table}: done, {self.rows_copied:,} rows in {self.elapsed:.1f}s "
+                f"({self.rate:,.0f} rows/s, {self.tasks_total} tasks)"
+            )
         eta = "" if self.eta is None else f", ETA {self.eta:.0f}s"
-        return (f"{self.schema}.{self.table}: {self.tasks_done}/{self.tasks_total} tasks, "
-                f"~{self.rows_copied:,} / {est} rows, {self.rate:,.0f} rows/s{eta}")
+        return (
+            f"{self.schema}.{self.table}: {self.tasks_done}/{self.tasks_total} tasks, "
+            f"~{self.rows_copied:,} / {est} rows, {self.rate:,.0f} rows/s{eta}"
+        )
 
 
 ProgressCallback = Callable[[SnapshotProgress], None]
@@ -349,8 +376,9 @@ def console_progress(stream: TextIO | None = None) -> ProgressCallback:
 
 
 @contextlib.contextmanager
-def _watch(spark: SparkSession, group: str, plan: TablePlan, callback: ProgressCallback | None,
-           started: float, interval: float) -> Iterator[None]:
+def _watch(
+    spark: SparkSession, group: str, plan: TablePlan, callback: ProgressCallback | None, started: float, interval: float
+) -> Iterator[None]:
     """Report a table's finished tasks while its Spark job runs.
 
     Executors cannot print to the driver, so a driver thread polls Spark's status tracker for the
@@ -381,8 +409,7 @@ def _watch(spark: SparkSession, group: str, plan: TablePlan, callback: ProgressC
             if done != last and done < total:
                 last = done
                 rows = int((est or 0) * done / total) if total else 0
-                callback(SnapshotProgress(plan.schema, plan.table, done, total, rows, est,
-                                          time.monotonic() - started))
+                callback(SnapshotProgress(plan.schema, plan.table, done, total, rows, est, time.monotonic() - started))
 
     thread = threading.Thread(target=poll, name=f"walspark-progress-{plan.table}", daemon=True)
     thread.start()
@@ -409,8 +436,14 @@ class TableSnapshot:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": self.schema, "table": self.table, "path": self.path, "rows": self.rows,
-                "tasks": self.tasks, "seconds": round(self.seconds, 3)}
+        return {
+            "schema": self.schema,
+            "table": self.table,
+            "path": self.path,
+            "rows": self.rows,
+            "tasks": self.tasks,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,8 +477,9 @@ def _written_rows(spark: SparkSession, path: str) -> int:
         log_dir = location(path) / "_delta_log"
         if not log_dir.is_local:  # a listing and a GET cost about what the query costs
             raise LookupError(path)
-        latest = max((e for e in log_dir.list() if e.name[:1].isdigit() and e.name.endswith(".json")),
-                     key=lambda e: e.name).local_path
+        latest = max(
+            (e for e in log_dir.list() if e.name[:1].isdigit() and e.name.endswith(".json")), key=lambda e: e.name
+        ).local_path
         assert latest is not None  # a local log
         for line in latest.read_text().splitlines():
             entry = json.loads(line)
@@ -468,17 +502,27 @@ def table_properties(plan: TablePlan, spark: SparkSession) -> dict[str, str]:
     return props
 
 
-def source_plan(dsn: str, snapshot_name: str, plan: TablePlan, catalog: list[list[Any]], *,
-                fail_partition: int | None = None) -> SnapshotSourcePlan:
+def source_plan(
+    dsn: str, snapshot_name: str, plan: TablePlan, catalog: list[list[Any]], *, fail_partition: int | None = None
+) -> SnapshotSourcePlan:
     """What the ``pgsnapshot`` tasks of ``plan`` need (its ranges as planned)."""
     return SnapshotSourcePlan(dsn=dsn, snapshot_name=snapshot_name, columns=plan.columns, binary=plan.binary,
                               ranges=plan.ranges, catalog=catalog, fail_partition=fail_partition,
                               row_filter=plan.row_filter)  # fmt: skip
 
 
-def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePlan, path: str, *,
-                catalog: list[list[Any]], progress: ProgressCallback | None = None,
-                fail_partition: int | None = None, poll_interval: float = 0.5) -> TableSnapshot:
+def write_table(
+    spark: SparkSession,
+    dsn: str,
+    snapshot_name: str,
+    plan: TablePlan,
+    path: str,
+    *,
+    catalog: list[list[Any]],
+    progress: ProgressCallback | None = None,
+    fail_partition: int | None = None,
+    poll_interval: float = 0.5,
+) -> TableSnapshot:
     """Copy one planned table into a fresh Delta table at ``path``, in one Spark job and one commit.
 
     ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
@@ -511,8 +555,10 @@ def write_table(spark: SparkSession, dsn: str, snapshot_name: str, plan: TablePl
     sc.setJobGroup(group, f"walspark snapshot of {plan.qualified}", interruptOnCancel=True)
     try:
         with _watch(spark, group, plan, progress, started, poll_interval):
-            spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
-                      f"AS SELECT * FROM `{view}`")
+            spark.sql(
+                f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
+                f"AS SELECT * FROM `{view}`"
+            )
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         spark.catalog.dropTempView(view)
@@ -524,8 +570,18 @@ def _done(plan: TablePlan, path: str, rows: int, started: float, progress: Progr
     elapsed = time.monotonic() - started
     result = TableSnapshot(plan.schema, plan.table, path, rows, len(plan.ranges), elapsed)
     if progress is not None:
-        progress(SnapshotProgress(plan.schema, plan.table, len(plan.ranges), len(plan.ranges), rows,
-                                  plan.estimated_rows, elapsed, done=True))
+        progress(
+            SnapshotProgress(
+                plan.schema,
+                plan.table,
+                len(plan.ranges),
+                len(plan.ranges),
+                rows,
+                plan.estimated_rows,
+                elapsed,
+                done=True,
+            )
+        )
     return result
 
 
@@ -545,8 +601,9 @@ def _slot_exists(dsn: str, slot: str) -> bool:
         return get_slot(conn, slot) is not None
 
 
-def _plan_in_snapshot(dsn: str, snapshot_name: str,
-                      publication: str | Sequence[str]) -> tuple[list[TablePlan], list[list[Any]]]:
+def _plan_in_snapshot(
+    dsn: str, snapshot_name: str, publication: str | Sequence[str]
+) -> tuple[list[TablePlan], list[list[Any]]]:
     from walspark.source.connect import connect_sql
     from walspark.spark.snapshot.pgsnapshot import begin_in_snapshot
 
@@ -558,11 +615,23 @@ def _plan_in_snapshot(dsn: str, snapshot_name: str,
     return plans, catalog
 
 
-def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, target: str, *,
-                 parallelism: int | None = None, progress: ProgressCallback | None = None,
-                 partition_rows: int = DEFAULT_PARTITION_ROWS, partition_pages: int | None = None,
-                 redo: bool = False, two_phase: bool = False, table_concurrency: int = 4,
-                 fail_partition: tuple[str, int] | None = None, state: str | None = None) -> SnapshotResult:
+def run_snapshot(
+    spark: SparkSession,
+    dsn: str,
+    publication: str,
+    slot: str,
+    target: str,
+    *,
+    parallelism: int | None = None,
+    progress: ProgressCallback | None = None,
+    partition_rows: int = DEFAULT_PARTITION_ROWS,
+    partition_pages: int | None = None,
+    redo: bool = False,
+    two_phase: bool = False,
+    table_concurrency: int = 4,
+    fail_partition: tuple[str, int] | None = None,
+    state: str | None = None,
+) -> SnapshotResult:
     """Create ``slot`` with an exported snapshot and copy every table of ``publication`` into ``target``.
 
     Returns the slot's consistent point: start streaming ``slot`` there (it is also the slot's
@@ -587,20 +656,27 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
     previous = read_record(layout)
     if previous is not None and previous.complete and previous.slot == slot and not redo:
         if previous.consistent_point is not None and _slot_exists(dsn, slot):
-            log.info("snapshot of %s already complete at %s; nothing to do", target,
-                     format_lsn(previous.consistent_point))
-            tables = [TableSnapshot(t["schema"], t["table"], t["path"], t["rows"], t.get("tasks", 0),
-                                    t.get("seconds", 0.0)) for t in previous.tables]
+            log.info(
+                "snapshot of %s already complete at %s; nothing to do", target, format_lsn(previous.consistent_point)
+            )
+            tables = [
+                TableSnapshot(t["schema"], t["table"], t["path"], t["rows"], t.get("tasks", 0), t.get("seconds", 0.0))
+                for t in previous.tables
+            ]
             return SnapshotResult(slot, previous.consistent_point, tables, skipped=True)
-        raise SnapshotError(f"the snapshot in {target} is complete but slot {slot!r} is gone: changes since "
-                            f"its consistent point are lost; snapshot again (redo) into this target")
+        raise SnapshotError(
+            f"the snapshot in {target} is complete but slot {slot!r} is gone: changes since "
+            f"its consistent point are lost; snapshot again (redo) into this target"
+        )
     if previous is not None and previous.slot == slot:
         # A snapshot of ours that did not finish (or a redo): its slot is ours to drop.
         if _drop_slot(dsn, slot):
             log.warning("dropped slot %s left by an unfinished snapshot; starting over", slot)
     elif _slot_exists(dsn, slot):
-        raise SnapshotError(f"slot {slot!r} already exists and this target has no snapshot of it; "
-                            "a snapshot needs a new slot (drop it, or choose another name)")
+        raise SnapshotError(
+            f"slot {slot!r} already exists and this target has no snapshot of it; "
+            "a snapshot needs a new slot (drop it, or choose another name)"
+        )
 
     started_at = _now()
     _write_record(layout, SnapshotRecord("in_progress", slot, publication, None, [], started_at))
@@ -611,17 +687,27 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
         with create_slot_with_snapshot(dsn, slot, two_phase=two_phase) as exported:
             consistent_point = exported.consistent_point
             assert exported.snapshot_name is not None
-            log.info("slot %s consistent point %s, snapshot %s", slot, format_lsn(consistent_point),
-                     exported.snapshot_name)
+            log.info(
+                "slot %s consistent point %s, snapshot %s", slot, format_lsn(consistent_point), exported.snapshot_name
+            )
             plans, catalog = _plan_in_snapshot(dsn, exported.snapshot_name, publication)
             snapshot_name = exported.snapshot_name
 
             def copy(plan: TablePlan) -> TableSnapshot:
-                plan_partitions(plan, parallelism=parallelism, partition_rows=partition_rows,
-                                partition_pages=partition_pages)
+                plan_partitions(
+                    plan, parallelism=parallelism, partition_rows=partition_rows, partition_pages=partition_pages
+                )
                 fail = fail_partition[1] if fail_partition and fail_partition[0] == plan.qualified else None
-                return write_table(spark, dsn, snapshot_name, plan, layout.table(plan.schema, plan.table),
-                                   catalog=catalog, progress=progress, fail_partition=fail)
+                return write_table(
+                    spark,
+                    dsn,
+                    snapshot_name,
+                    plan,
+                    layout.table(plan.schema, plan.table),
+                    catalog=catalog,
+                    progress=progress,
+                    fail_partition=fail,
+                )
 
             # Tables run as concurrent Spark jobs (a thread each, up to table_concurrency): a small
             # table is one task, so one at a time would leave the other cores idle.
@@ -641,6 +727,10 @@ def run_snapshot(spark: SparkSession, dsn: str, publication: str, slot: str, tar
         with contextlib.suppress(Exception):
             _drop_slot(dsn, slot)
         raise
-    _write_record(layout, SnapshotRecord("complete", slot, publication, consistent_point,
-                                         [t.to_dict() for t in written], started_at, _now()))
+    _write_record(
+        layout,
+        SnapshotRecord(
+            "complete", slot, publication, consistent_point, [t.to_dict() for t in written], started_at, _now()
+        ),
+    )
     return SnapshotResult(slot, consistent_point, written)

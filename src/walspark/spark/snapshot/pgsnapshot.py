@@ -107,9 +107,18 @@ def _range(d: dict[str, Any]) -> CtidRange:
     return CtidRange(**{**d, **tuples})
 
 
-def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end: int | None, *,
-               binary: bool, as_text: Sequence[bool] = (), row_filter: str | None = None,
-               key_range: CtidRange | None = None) -> Any:
+def copy_query(
+    columns: Sequence[str],
+    schema: str,
+    table: str,
+    start: int,
+    end: int | None,
+    *,
+    binary: bool,
+    as_text: Sequence[bool] = (),
+    row_filter: str | None = None,
+    key_range: CtidRange | None = None,
+) -> Any:
     """The ``COPY (SELECT ... FROM ONLY ...) TO STDOUT`` of one CTID range, every identifier quoted.
 
     Columns flagged in ``as_text`` are selected as ``"c"::text`` (see :data:`TEXT_TRANSFER_TYPES`).
@@ -126,7 +135,8 @@ def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end:
 
     flags = list(as_text) or [False] * len(columns)
     cols = sql.SQL(", ").join(
-        sql.SQL("{}::text").format(sql.Identifier(c)) if t else sql.Identifier(c) for c, t in zip(columns, flags))
+        sql.SQL("{}::text").format(sql.Identifier(c)) if t else sql.Identifier(c) for c, t in zip(columns, flags)
+    )
     conds: list[sql.Composable] = []
     if row_filter:
         conds.append(sql.SQL("(") + sql.SQL(row_filter) + sql.SQL(")"))
@@ -138,13 +148,16 @@ def copy_query(columns: Sequence[str], schema: str, table: str, start: int, end:
         keys = sql.SQL(", ").join(sql.Identifier(k) for k in key_range.keys)
         for bound, op in ((key_range.lo, ">="), (key_range.hi, "<")):
             if bound is not None:
-                values = sql.SQL(", ").join(sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(t))
-                                            for v, t in zip(bound, key_range.key_types, strict=True))
+                values = sql.SQL(", ").join(
+                    sql.SQL("{}::{}").format(sql.Literal(v), sql.SQL(t))
+                    for v, t in zip(bound, key_range.key_types, strict=True)
+                )
                 conds.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
     where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds) if conds else sql.SQL("")
     fmt = sql.SQL("binary" if binary else "text")
     return sql.SQL("COPY (SELECT {} FROM ONLY {}{}) TO STDOUT (FORMAT {})").format(
-        cols, sql.Identifier(schema, table), where, fmt)
+        cols, sql.Identifier(schema, table), where, fmt
+    )
 
 
 def begin_in_snapshot(conn: Any, snapshot_name: str) -> None:
@@ -178,7 +191,7 @@ def strip_copy_header(first: bytes) -> bytes:
     if flags & 0x0001_0000:
         raise CopyFormatError("binary COPY with OIDs is not supported")
     ext = int.from_bytes(first[15:19], "big")
-    return first[19 + ext:]
+    return first[19 + ext :]
 
 
 def split_rows(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
@@ -205,8 +218,12 @@ def split_rows(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
     def be(pos: np.ndarray, width: int) -> np.ndarray:
         if width == 2:
             return ((buf[pos].astype(np.int32) << 8) | buf[pos + 1]).astype(np.int16)
-        v = (buf[pos].astype(np.uint32) << 24) | (buf[pos + 1].astype(np.uint32) << 16) \
-            | (buf[pos + 2].astype(np.uint32) << 8) | buf[pos + 3]
+        v = (
+            (buf[pos].astype(np.uint32) << 24)
+            | (buf[pos + 1].astype(np.uint32) << 16)
+            | (buf[pos + 2].astype(np.uint32) << 8)
+            | buf[pos + 3]
+        )
         return v.view(np.int32)
 
     if np.any(lengths < 2) or np.any(be(starts, 2) != ncols):
@@ -234,8 +251,14 @@ def split_rows(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
         nulls = n - int(valid.sum())
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
         offset_type, arrow_type = (np.int32, pa.binary()) if total < 2**31 else (np.int64, pa.large_binary())
-        columns.append(pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(offsets.astype(offset_type)),
-                                                             pa.py_buffer(data)], null_count=nulls))
+        columns.append(
+            pa.Array.from_buffers(
+                arrow_type,
+                n,
+                [validity, pa.py_buffer(offsets.astype(offset_type)), pa.py_buffer(data)],
+                null_count=nulls,
+            )
+        )
     if np.any(pos != ends):
         raise CopyFormatError("a row has bytes after its last field")
     return columns
@@ -252,8 +275,10 @@ def copy_columns(chunks: list[bytes], ncols: int, speedups: Any = compiled.speed
         if split is not None:
             from walspark.values.codecs import raw_array_from_buffers
 
-            return [raw_array_from_buffers(len(chunks), validity, offsets, data, nulls)
-                    for nulls, validity, offsets, data in split]
+            return [
+                raw_array_from_buffers(len(chunks), validity, offsets, data, nulls)
+                for nulls, validity, offsets, data in split
+            ]
     try:
         return split_rows(chunks, ncols)
     except CopyFormatError:
@@ -266,19 +291,19 @@ def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]
     cols: list[list[bytes | None]] = [[] for _ in range(ncols)]
     pos, end = 0, len(data)
     while pos < end:
-        count = int.from_bytes(data[pos:pos + 2], "big", signed=True)
+        count = int.from_bytes(data[pos : pos + 2], "big", signed=True)
         pos += 2
         if count == -1:
             break
         if count != ncols:
             raise CopyFormatError(f"row with {count} fields, expected {ncols}")
         for j in range(ncols):
-            size = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+            size = int.from_bytes(data[pos : pos + 4], "big", signed=True)
             pos += 4
             if size < 0:
                 cols[j].append(None)
             else:
-                cols[j].append(bytes(data[pos:pos + size]))
+                cols[j].append(bytes(data[pos : pos + size]))
                 pos += size
     return [pa.array(c, type=pa.binary()) for c in cols]
 
@@ -288,15 +313,15 @@ def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]
 #: and the ±infinity sentinels that send the column to the codec's per-value policy instead).
 _DAYS_2000 = 10_957
 _FIXED: dict[int, tuple[str, int, tuple[int, ...]]] = {
-    16: ("u1", 0, ()),            # bool
-    21: (">i2", 0, ()),           # int2
-    23: (">i4", 0, ()),           # int4
-    20: (">i8", 0, ()),           # int8
-    700: (">f4", 0, ()),          # float4
-    701: (">f8", 0, ()),          # float8
-    1082: (">i4", _DAYS_2000, (-(2**31), 2**31 - 1)),                     # date
-    1114: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),    # timestamp
-    1184: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),    # timestamptz
+    16: ("u1", 0, ()),  # bool
+    21: (">i2", 0, ()),  # int2
+    23: (">i4", 0, ()),  # int4
+    20: (">i8", 0, ()),  # int8
+    700: (">f4", 0, ()),  # float4
+    701: (">f8", 0, ()),  # float8
+    1082: (">i4", _DAYS_2000, (-(2**31), 2**31 - 1)),  # date
+    1114: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),  # timestamp
+    1184: (">i8", _DAYS_2000 * 86_400_000_000, (-(2**63), 2**63 - 1)),  # timestamptz
 }
 
 
@@ -329,8 +354,11 @@ def fixed_width_array(raw: pa.BinaryArray, oid: int, arrow_type: pa.DataType) ->
     elif np.any(sizes != width):
         return None
     data = raw.buffers()[2]
-    values = np.frombuffer(data, dtype=dtype, count=valid_count, offset=int(offsets[0])) if valid_count else \
-        np.zeros(0, dtype=dtype)
+    values = (
+        np.frombuffer(data, dtype=dtype, count=valid_count, offset=int(offsets[0]))
+        if valid_count
+        else np.zeros(0, dtype=dtype)
+    )
     if sentinels and valid_count and (values.min() in sentinels or values.max() in sentinels):
         return None
     values = values.astype(values.dtype.newbyteorder("="))
@@ -400,8 +428,13 @@ class _Decoder:
         return self.batch(None, columns=[None if j in done else r if pa.types.is_binary(r.type) else r.to_pylist()
                                          for j, r in enumerate(raw)], ready=done)  # fmt: skip
 
-    def batch(self, rows: list[tuple[Any, ...]] | None, *, columns: list[Any] | None = None,
-              ready: dict[int, pa.Array] | None = None) -> pa.RecordBatch:
+    def batch(
+        self,
+        rows: list[tuple[Any, ...]] | None,
+        *,
+        columns: list[Any] | None = None,
+        ready: dict[int, pa.Array] | None = None,
+    ) -> pa.RecordBatch:
         """Decode rows (text COPY) or columns of raw values (binary COPY) with the codecs."""
         arrays = []
         ready = ready or {}
@@ -435,9 +468,17 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
     if plan.fail_partition is not None and plan.fail_partition == rng.index:
         raise SnapshotFault(f"test hook: partition {rng.index} of {rng.schema}.{rng.table} fails on purpose")
     decoder = _Decoder(plan)
-    query = copy_query(decoder.names, rng.schema, rng.table, rng.start, rng.end, binary=plan.binary,
-                       as_text=decoder.as_text if plan.binary else (), row_filter=plan.row_filter,
-                       key_range=rng)
+    query = copy_query(
+        decoder.names,
+        rng.schema,
+        rng.table,
+        rng.start,
+        rng.end,
+        binary=plan.binary,
+        as_text=decoder.as_text if plan.binary else (),
+        row_filter=plan.row_filter,
+        key_range=rng,
+    )
     conn = connect_sql(plan.dsn)
     try:
         try:

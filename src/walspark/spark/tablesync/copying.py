@@ -141,8 +141,12 @@ def key_bounds(conn: Any, schema: str, table: str, keys: Sequence[str], row_filt
     cols = [sql.Identifier("walspark_sample", k) for k in keys]
     where = sql.SQL(" WHERE ({})").format(sql.SQL(row_filter)) if row_filter else sql.SQL("")  # the server's text
     query = sql.SQL("SELECT {} FROM ONLY {} AS walspark_sample TABLESAMPLE SYSTEM ({}){} ORDER BY {}").format(
-        sql.SQL(", ").join(sql.SQL("{}::text").format(c) for c in cols), sql.Identifier(schema, table),
-        sql.Literal(percent), where, sql.SQL(", ").join(cols))
+        sql.SQL(", ").join(sql.SQL("{}::text").format(c) for c in cols),
+        sql.Identifier(schema, table),
+        sql.Literal(percent),
+        where,
+        sql.SQL(", ").join(cols),
+    )
     sample = [tuple(r) for r in conn.execute(query).fetchall()]
     bounds: list[tuple[str, ...]] = []
     for i in range(1, chunks):
@@ -183,7 +187,7 @@ def committed_waves(spark: SparkSession, path: str, saved: CopyPlan) -> list[Wav
     for version, text, metrics in _history(spark, path, saved.start_version):
         if not text.startswith(METADATA_PREFIX):
             continue
-        meta = json.loads(text[len(METADATA_PREFIX):])
+        meta = json.loads(text[len(METADATA_PREFIX) :])
         if meta.get("gen") == saved.gen and meta.get("plan") == saved.plan_id:
             # Spark's appends count numOutputRows, delta-rs's num_added_rows.
             rows = int(metrics.get("numOutputRows", metrics.get("num_added_rows", 0)))
@@ -290,11 +294,15 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     total = len(saved.chunks)
     how = "key ranges" if saved.keys else "page ranges"
     if done:
-        say(f"resuming the copy of {plan.qualified}: {len(done)} of {total} chunks were committed before; "
-            f"copying the other {len(todo)} at {format_lsn(consistent_point)}")
+        say(
+            f"resuming the copy of {plan.qualified}: {len(done)} of {total} chunks were committed before; "
+            f"copying the other {len(todo)} at {format_lsn(consistent_point)}"
+        )
     else:
-        say(f"copying {plan.qualified} at {format_lsn(consistent_point)} ({total} chunks, {how}) while the "
-            "stream goes on")
+        say(
+            f"copying {plan.qualified} at {format_lsn(consistent_point)} ({total} chunks, {how}) while the "
+            "stream goes on"
+        )
     started = time.monotonic()
     rows = sum(w.rows for w in waves)
     pause = _injection.seconds(_injection.WAVE_PAUSE)
@@ -302,7 +310,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     for first in range(0, len(todo), max(parallelism, 1)):
         if stop.is_set():
             raise InterruptedError(f"the copy of {plan.qualified} was stopped")
-        wave = todo[first:first + max(parallelism, 1)]
+        wave = todo[first : first + max(parallelism, 1)]
         meta = {"gen": gen, "plan": saved.plan_id, "lsn": consistent_point, "chunks": [c.index for c in wave]}
         note = METADATA_PREFIX + json.dumps(meta)
         if driver:
@@ -317,16 +325,31 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             df.write.format("delta").mode("append").option("userMetadata", note).save(path)
             rows += _written_rows(spark, path)
         done.update(c.index for c in wave)
-        say("copy of " + SnapshotProgress(plan.schema, plan.table, len(done), total, rows, plan.estimated_rows,
-                                          time.monotonic() - started).line())  # as the initial snapshot's
+        say(
+            "copy of "
+            + SnapshotProgress(
+                plan.schema, plan.table, len(done), total, rows, plan.estimated_rows, time.monotonic() - started
+            ).line()
+        )  # as the initial snapshot's
         if len(done) < total:
             if fail_after and first // max(parallelism, 1) + 1 >= fail_after:
                 raise RuntimeError(f"test hook: the copy of {plan.qualified} fails after {fail_after} wave(s)")
             if pause:
                 stop.wait(pause)
     waves = committed_waves(spark, path, saved)
-    say("copy of " + SnapshotProgress(plan.schema, plan.table, total, total, sum(w.rows for w in waves),
-                                      plan.estimated_rows, time.monotonic() - started, done=True).line())
+    say(
+        "copy of "
+        + SnapshotProgress(
+            plan.schema,
+            plan.table,
+            total,
+            total,
+            sum(w.rows for w in waves),
+            plan.estimated_rows,
+            time.monotonic() - started,
+            done=True,
+        ).line()
+    )
     lsns = sorted({w.lsn for w in waves}) or [consistent_point]
     cuts = tuple((lsn, max(w.version for w in waves if w.lsn == lsn)) for lsn in lsns) if len(lsns) > 1 else ()
     return CopyOutcome(sum(w.rows for w in waves), lsns[-1], cuts, tuple(saved.keys),
@@ -381,13 +404,17 @@ def without_copied(rows: DataFrame, *, since: int, cuts: Sequence[tuple[int, int
     held = held.groupBy(*key_names).agg(F.min("__ws_at").alias("__ws_at"))
 
     def threshold(side: list[Any], tag: str) -> tuple[DataFrame, Any, list[Any]]:
-        renamed = held.select(*[F.col(n).alias(f"{n}{tag}") for n in key_names], F.col("__ws_at").alias(f"__ws_at{tag}"))
+        renamed = held.select(
+            *[F.col(n).alias(f"{n}{tag}") for n in key_names], F.col("__ws_at").alias(f"__ws_at{tag}")
+        )
         cond = [s.eqNullSafe(F.col(f"{n}{tag}")) for s, n in zip(side, key_names)]
         return renamed, F.coalesce(F.col(f"__ws_at{tag}"), F.lit(first)), cond
 
     new_held, at_new, new_cond = threshold(new, "n")
     old_held, at_old, old_cond = threshold(old, "o")
-    joined = rows.join(F.broadcast(new_held), _all(new_cond), "left").join(F.broadcast(old_held), _all(old_cond), "left")
+    joined = rows.join(F.broadcast(new_held), _all(new_cond), "left").join(
+        F.broadcast(old_held), _all(old_cond), "left"
+    )
     moved = (op == "U") & F.col("_old").isNotNull() & _any([~n.eqNullSafe(o) for n, o in zip(new, old)])
     keep = (F.when(op == "D", lsn >= at_old)
             .when(moved, (lsn >= at_new) | (lsn >= at_old))

@@ -49,6 +49,7 @@ class SyncedSink(Protocol):
     def forget_table(self, path: str) -> None:
         """Forget the remembered columns of the table at ``path`` (a copy replaced it)."""
 
+
 Table = tuple[str, str]
 
 #: The batch id column of the pending log (which batch appended the change).
@@ -61,6 +62,7 @@ _SLOT_NUMBERS = itertools.count(1)
 
 #: Default seconds between two checks of the publication and of re-copy requests.
 DEFAULT_CHECK_SECONDS = 5.0
+
 
 def membership(conn: Any, publication: str) -> dict[Table, tuple[str, ...]]:
     """Each published table (as streamed: a partition root under ``publish_via_partition_root``)
@@ -196,13 +198,23 @@ class TableSync:
                 elif state.state == READY and state.signature and state.signature != signature:
                     self._request(table, "was dropped from the publication and added again")
                 elif state.state == READY and not state.signature:
-                    self.store.put(SyncState(*table, READY, gen=state.gen, since=state.since,
-                                             handed_through=state.handed_through, signature=signature))
+                    self.store.put(
+                        SyncState(
+                            *table,
+                            READY,
+                            gen=state.gen,
+                            since=state.since,
+                            handed_through=state.handed_through,
+                            signature=signature,
+                        )
+                    )
             for state in self.store.all():
                 if (state.schema, state.table) not in published and state.state == READY:
                     self.store.update(state.schema, state.table, state=LEFT)
-                    self.say(f"table {state.qualified} left the publication: its Delta table is kept and no "
-                             "longer changes; adding it again re-copies it")
+                    self.say(
+                        f"table {state.qualified} left the publication: its Delta table is kept and no "
+                        "longer changes; adding it again re-copies it"
+                    )
 
     def _request(self, table: Table, why: str) -> None:
         if table not in self._requested:
@@ -216,8 +228,9 @@ class TableSync:
             for path, tables in self.store.pending_requests():
                 for table in tables:
                     if table not in self._signatures:
-                        self.say(f"re-copy of {table[0]}.{table[1]} ignored: not a table of publication "
-                                 f"{self.publication!r}")
+                        self.say(
+                            f"re-copy of {table[0]}.{table[1]} ignored: not a table of publication {self.publication!r}"
+                        )
                     else:
                         self._request(table, "is to be re-copied (walspark resnapshot)")
                 done_files.append(path)
@@ -234,8 +247,11 @@ class TableSync:
                 running = table in self._copies and self._copies[table].is_alive()
                 if state.state == COPYING and not running and table not in self._failed:
                     self._launch(state)  # a copy a previous run did not finish: again, under a new slot
-                elif state.state == COPIED and not running and time.time() >= (state.copy_done or 0) + _injection.seconds(
-                        _injection.HANDOFF_PAUSE):  # batches go on meanwhile
+                elif (
+                    state.state == COPIED
+                    and not running
+                    and time.time() >= (state.copy_done or 0) + _injection.seconds(_injection.HANDOFF_PAUSE)
+                ):  # batches go on meanwhile
                     self._hand_off(state)
 
     # ------------------------------------------------------------------------------------------
@@ -251,7 +267,12 @@ class TableSync:
             if self._batch_max is not None:
                 self._position = max(self._position or 0, self._batch_max)
                 for state in self.store.all():  # the stream passed a resumed copy's last snapshot
-                    if state.state == READY and state.cuts and state.since is not None and self._position >= state.since:
+                    if (
+                        state.state == READY
+                        and state.cuts
+                        and state.since is not None
+                        and self._position >= state.since
+                    ):
                         self.store.update(state.schema, state.table, cuts=(), cut_keys=())
 
     def published(self) -> list[Table]:
@@ -336,8 +357,13 @@ class TableSync:
                 self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
             if self.sink is not None:  # change-log mode: the mirror the copy replaces holds every earlier change
                 self.sink.drain_folds(self._spark, [table])
-            state = SyncState(*table, COPYING, gen=(previous.gen + 1) if previous else 1,
-                              signature=self._signatures.get(table, ()), copy_started=time.time())
+            state = SyncState(
+                *table,
+                COPYING,
+                gen=(previous.gen + 1) if previous else 1,
+                signature=self._signatures.get(table, ()),
+                copy_started=time.time(),
+            )
             self.store.put(state)
             self._launch(state)
             return state
@@ -351,8 +377,9 @@ class TableSync:
 
     def _copy(self, state: SyncState) -> None:
         try:
-            self._spark.sparkContext.setJobGroup(_job_group((state.schema, state.table)),
-                                                 f"walspark copy of {state.qualified}", interruptOnCancel=True)
+            self._spark.sparkContext.setJobGroup(
+                _job_group((state.schema, state.table)), f"walspark copy of {state.qualified}", interruptOnCancel=True
+            )
             self._copy_table(state)
         except BaseException as exc:
             if self._stop.is_set():
@@ -453,8 +480,10 @@ class TableSync:
         self.store.update(*table, state=READY, handed_through=through)
         location(pending).delete_tree()
         self.layout.copy_plan(*table, state.gen).parent.delete_tree()
-        self.say(f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
-                 "made during the copy applied; streaming it from here")
+        self.say(
+            f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
+            "made during the copy applied; streaming it from here"
+        )
 
 
 def _job_group(table: Table) -> str:
