@@ -175,7 +175,7 @@ def test_the_data_source_takes_the_settings_as_options() -> None:
 def test_run_takes_spark_settings_like_spark_submit() -> None:
     import click
 
-    from walspark.cli.run import parse_confs
+    from walspark.cli.options import parse_confs
     from walspark.pipeline import RunSettings
     from walspark.spark.lake.progress import ProgressTable
 

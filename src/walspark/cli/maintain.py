@@ -10,16 +10,11 @@ from __future__ import annotations
 import click
 
 from walspark.cli.group import cli
+from walspark.cli.options import parse_confs, pipeline_target_options, spark_options
 
 
 @cli.command("maintain")
-@click.option("--target", required=True, help="Folder or URI of the Delta tables, as given to walspark run.")
-@click.option(
-    "--state",
-    default=None,
-    metavar="LOCATION",
-    help="walspark's state folder, as given to walspark run (default TARGET/_walspark).",
-)
+@pipeline_target_options
 @click.option(
     "--retain-hours",
     type=click.FloatRange(0),
@@ -40,21 +35,13 @@ from walspark.cli.group import cli
     show_default=True,
     help="Bin-pack files under 64 MB (OPTIMIZE) before the VACUUM.",
 )
-@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
-@click.option(
-    "--conf",
-    "confs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...",
-)
+@spark_options
 def maintain_command(target: str, state: str | None, retain_hours: float | None, keep_changes_hours: float | None,
                      optimize: bool, master: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
     """OPTIMIZE small files and VACUUM every Delta table of the pipeline writing TARGET; fold its progress rows."""
     from pyspark.sql import SparkSession
 
     from walspark.cli.errors import cli_errors, quiet_spark_errors
-    from walspark.cli.run import parse_confs
     from walspark.spark.lake.maintenance import maintain
     from walspark.spark.session import spark_session
 

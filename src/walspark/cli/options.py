@@ -1,7 +1,7 @@
-"""``walspark run``'s options, made from the one declaration of each setting (:class:`~walspark.pipeline.settings.Option`).
+"""The options the commands share, each declared once; ``walspark run``'s from the run settings.
 
-A setting's flag, help, default and bound are written once, beside its field in ``RunSettings``;
-the command gets them from there, so the CLI and the library cannot drift apart.
+A run setting's flag, help, default and bound are written once, beside its field in
+``RunSettings`` (:class:`~walspark.pipeline.settings.Option`); the commands get them from there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import click
 
 from walspark.pipeline.settings import Option, run_options
 
-__all__ = ["settings_options"]
+__all__ = ["master_option", "parse_confs", "pipeline_target_options", "settings_options", "spark_options"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -46,3 +46,46 @@ def settings_options(command: _F) -> _F:
     for field, option in reversed(run_options()):
         command = _decorator(field.name, str(field.type), field.default, option)(command)
     return command
+
+
+#: ``--master``: the Spark master of a command that starts Spark.
+master_option = click.option(
+    "--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master)."
+)
+_conf_option = click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...",
+)
+
+
+def spark_options(command: _F) -> _F:
+    """``--master`` and ``--conf`` (parsed by :func:`parse_confs`)."""
+    return master_option(_conf_option(command))
+
+
+def pipeline_target_options(command: _F) -> _F:
+    """``--target`` and ``--state`` of a pipeline that ``walspark run`` writes, for the commands acting on it."""
+    target = click.option(
+        "--target", required=True, help="Folder or URI of the Delta tables, as given to walspark run."
+    )
+    state = click.option(
+        "--state",
+        default=None,
+        metavar="LOCATION",
+        help="walspark's state folder, as given to walspark run (default TARGET/_walspark).",
+    )
+    return target(state(command))
+
+
+def parse_confs(confs: tuple[str, ...]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options as a dict (the last one of a key wins, as in spark-submit)."""
+    out: dict[str, str] = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item.split('=')[0]!r}: expected KEY=VALUE", param_hint="--conf")
+        out[key.strip()] = value
+    return out

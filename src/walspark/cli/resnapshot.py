@@ -9,21 +9,11 @@ from __future__ import annotations
 import click
 
 from walspark.cli.group import cli
+from walspark.cli.options import pipeline_target_options
 
 
 @cli.command("resnapshot")
-@click.option(
-    "--target",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Folder of the Delta tables, as given to walspark run.",
-)
-@click.option(
-    "--state",
-    default=None,
-    metavar="LOCATION",
-    help="walspark's state folder, as given to walspark run (default TARGET/_walspark).",
-)
+@pipeline_target_options
 @click.option(
     "--table",
     "tables",

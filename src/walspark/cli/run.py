@@ -13,19 +13,12 @@ from typing import Any
 import click
 
 from walspark.cli.group import cli
-from walspark.cli.options import settings_options
+from walspark.cli.options import parse_confs, settings_options, spark_options
 
 
 @cli.command("run")
 @settings_options
-@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
-@click.option(
-    "--conf",
-    "confs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Spark setting, repeatable (as spark-submit's), e.g. spark.hadoop.fs.s3a.endpoint=...",
-)
+@spark_options
 def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
     """Replicate the publication's tables into Delta tables under TARGET, exactly once."""
     from walspark.cli.errors import cli_errors, quiet_spark_errors
@@ -75,14 +68,3 @@ def _run_until_done(pipeline, once: bool) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def parse_confs(confs: tuple[str, ...]) -> dict[str, str]:
-    """``--conf KEY=VALUE`` options as a dict (the last one of a key wins, as in spark-submit)."""
-    out: dict[str, str] = {}
-    for item in confs:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item.split('=')[0]!r}: expected KEY=VALUE", param_hint="--conf")
-        out[key.strip()] = value
-    return out

@@ -11,6 +11,7 @@ import json
 import click
 
 from walspark.cli.group import cli
+from walspark.cli.options import master_option
 
 
 @cli.command("snapshot")
@@ -37,7 +38,7 @@ from walspark.cli.group import cli
 @click.option(
     "--partition-rows", type=click.IntRange(1), default=None, help="Rows per CTID-range task (default 50,000)."
 )
-@click.option("--master", default=None, help="Spark master (default local[*]; under spark-submit, its --master).")
+@master_option
 @click.option("--redo", is_flag=True, help="Snapshot again even if the target records a complete snapshot.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (progress still on stderr).")
 def snapshot(
