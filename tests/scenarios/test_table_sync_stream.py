@@ -182,7 +182,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     releases it: meanwhile the other tables' batches must keep committing and the slot's
     ``confirmed_flush_lsn`` must keep advancing. Then the copy completes under the live workload.
     """
-    from walspark._injection import COPY_PAUSE, COPY_RELEASE
+    from walspark import _injection
 
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 2000, "big": BIG_ROWS, "small": 3000}
@@ -192,7 +192,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2")
         with writing(pg18_dsn, sizes) as writers, run:
             release = tmp_path / "release-the-copy"
-            run.start(**{COPY_PAUSE: str(COPY_PAUSE), COPY_RELEASE: str(release)})
+            run.start(**{_injection.COPY_PAUSE: str(COPY_PAUSE), _injection.COPY_RELEASE: str(release)})
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big, small")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the big copy to start")
