@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from walspark.pipeline.handle import PipelineHandle, run_tracked
@@ -55,10 +55,9 @@ class Pipeline:
     @classmethod
     def from_settings(cls, settings: RunSettings, spark: SparkSession | None = None) -> Pipeline:
         """A builder holding ``settings`` (e.g. ``walspark run``'s options), checked now."""
-        check_settings(settings)
-        pipeline = cls.__new__(cls)
-        pipeline._spark, pipeline._settings, pipeline._say = spark, replace(settings), _log_line
-        return pipeline
+        pipeline = cls(spark, dsn=settings.dsn, publication=settings.publication, slot=settings.slot,
+                       target=settings.target)  # fmt: skip
+        return pipeline._set(**{f.name: getattr(settings, f.name) for f in fields(settings)})
 
     # ------------------------------------------------------------------------------------------
     # options (chainable; each returns a new builder)

@@ -17,6 +17,8 @@ from walspark.pipeline.status import Tracker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from walspark.spark.datasource.commits import CommitNotes
+
 __all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_BACKOFF", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
            "maintain_if_due", "past_barrier", "run_queries", "skip_query", "stop_between_batches"]  # fmt: skip
 
@@ -74,7 +76,7 @@ def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
 
 
 def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
-                 tracker: Tracker | None, progress: StreamProgress | None, commits: Any) -> int:  # fmt: skip
+                 tracker: Tracker | None, progress: StreamProgress | None, commits: CommitNotes) -> int:  # fmt: skip
     from pyspark.errors import StreamingQueryException
 
     from walspark.spark.datasource.schema import is_schema_change
