@@ -148,3 +148,16 @@ def test_the_pure_layer_needs_no_spark_and_no_database() -> None:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 assert not any(n.split(".")[0] in HEAVY for n in names), f"{name} imports {names} at module level"
+
+
+def test_nothing_below_the_data_source_needs_spark() -> None:
+    """Files, source, changes and staging (the stager with them) run without Spark or Delta."""
+    layers = documented_layers()
+    spark = ("pyspark", "delta", "py4j")
+    for name, path in _modules(SRC, "walspark").items():
+        if _layer_of(name, layers) >= _layer_of("walspark.spark.datasource", layers):
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.split(".")[0] in spark for n in names), f"{name} imports {names} at module level"

@@ -103,7 +103,7 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
         conn.execute("INSERT INTO customers VALUES (100, 'new', 'x@example.org')")
         # the window of an idle run killed between its mark and the slot's advance: the mark is
         # ahead of the slot, which stays where it was; the next run streams from there
-        from walspark.spark.datasource.staging import record_idle_mark
+        from walspark.staging.stager import record_idle_mark
 
         now = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()[0]
         record_idle_mark(str(tmp_path / "lake" / "_walspark" / "staging" / "shop_slot"), int(now))

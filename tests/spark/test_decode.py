@@ -271,7 +271,7 @@ class Expected:
 
 
 class _Stager:
-    """Writes segments as :class:`walspark.spark.datasource.staging.Stager` does (``_stage``/``_write``),
+    """Writes segments as :class:`walspark.staging.stager.Stager` does (``_stage``/``_write``),
     and notes the change rows they hold with the stream's relation versions."""
 
     def __init__(self, directory: Path, table: str | None, *, filter_other_tables: bool = True) -> None:

@@ -5,13 +5,7 @@ from __future__ import annotations
 from pyspark.sql import types as T
 
 from walspark.spark.datasource.schema import AMBIGUOUS_KEY, ATTNUM_KEY, SAME_AS_KEY
-from walspark.spark.datasource.shapes import (
-    identify_old_columns,
-    merge_recorded,
-    read_barrier,
-    record_barrier,
-    recorded_shapes,
-)
+from walspark.spark.datasource.shapes import identify_old_columns, merge_recorded
 from walspark.spark.lake.evolution import (
     ColumnIds,
     _aliases,
@@ -19,6 +13,7 @@ from walspark.spark.lake.evolution import (
     parse_attnums,
     sql_string,
 )
+from walspark.staging.barrier import read_barrier, record_barrier, recorded_shapes
 
 
 def _f(name: str, dtype: T.DataType, attnum: int | None = None) -> T.StructField:

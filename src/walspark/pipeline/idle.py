@@ -56,7 +56,7 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     from walspark.source.names import publication_names_value
     from walspark.source.publications import publication_list
     from walspark.source.sqlinterface import slot_changes
-    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.staging.barrier import read_barrier
     from walspark.staging.offsets import is_fresh, last_committed_end
     from walspark.staging.segments import list_segments
     from walspark.storage import location
@@ -114,7 +114,7 @@ def confirm_idle(settings: RunSettings, lsn: int) -> None:
     """Advance the slot to ``lsn`` as the stager confirms an idle position (its mark first)."""
     from walspark.protocol import format_lsn
     from walspark.source.connect import connect_sql
-    from walspark.spark.datasource.staging import record_idle_mark
+    from walspark.staging.stager import record_idle_mark
 
     with connect_sql(settings.dsn) as conn:
         confirmed = conn.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots "

@@ -80,8 +80,8 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
     from pyspark.errors import StreamingQueryException
 
     from walspark.spark.datasource.schema import is_schema_change
-    from walspark.spark.datasource.shapes import read_barrier
     from walspark.spark.lake.maintenance import MaintenanceSchedule
+    from walspark.staging.barrier import read_barrier
     from walspark.storage import current_settings
 
     starts = worker_failures = 0
@@ -171,8 +171,8 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
     from walspark.pipeline.driver_batch import APPLIED, BARRIER, apply_from_driver, begin_checkpoint, enabled
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
-    from walspark.spark.datasource.shapes import read_barrier
     from walspark.spark.datasource.source import PgoutputDataSource
+    from walspark.staging.barrier import read_barrier
 
     found = pending(settings, sync)
     if found is None or (found.transactions and not enabled(settings, found)):
@@ -270,7 +270,7 @@ def check_progress(settings: RunSettings, previous: Any) -> Any:
     transaction, say). Stop with what the user can do instead.
     """
     from walspark.protocol import format_lsn
-    from walspark.spark.datasource.shapes import read_barrier
+    from walspark.staging.barrier import read_barrier
 
     barrier = read_barrier(settings.staging)
     if barrier is not None and previous is not None and barrier.end_lsn == previous.end_lsn:

@@ -1,5 +1,5 @@
-"""What the stager keeps, Spark-free: immutable segments of the stream, their offsets, and prepared transactions.
+"""The stager and what it keeps, Spark-free: immutable segments of the stream, their offsets, prepared transactions.
 
-The stager (:mod:`walspark.spark.datasource.staging`) writes them on the driver; tasks read the
+The stager (:mod:`.stager`) writes them on the driver; tasks read the
 segments back. See docs/design/staging.md.
 """

@@ -17,7 +17,8 @@ from walspark.spark.datasource.schema import (
     apply_registrations,
     catalog_registrations,
 )
-from walspark.spark.datasource.shapes import merge_recorded, recorded_shapes
+from walspark.spark.datasource.shapes import merge_recorded
+from walspark.staging.barrier import recorded_shapes
 from walspark.values import TypeRegistry, spark_schema
 
 if TYPE_CHECKING:

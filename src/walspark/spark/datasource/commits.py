@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from walspark.protocol import parse_lsn
-from walspark.spark.datasource.staging import note_committed_end
+from walspark.staging.stager import note_committed_end
 
 __all__ = ["CommitNotes", "is_query_progress"]
 

@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
 from walspark.protocol import RelationColumn
+from walspark.staging.barrier import SchemaChangedError
 from walspark.values import TypeRegistry, spark_schema, spark_type
 
 if TYPE_CHECKING:
@@ -44,15 +45,6 @@ __all__ = [
 
 OLD_SUFFIX = ":old"
 ENVELOPE_NAMES = tuple(ENVELOPE.names)
-
-
-class SchemaChangedError(RuntimeError):
-    """A table's shape in the stream differs from the schema the query started with.
-
-    Raised (at planning, once every change before the new shape has been delivered) when a
-    Relation message adds or retypes a column, or a table joins the publication. Restart the
-    query: the new schema is read from the catalog at start (``walspark run`` does it itself).
-    """
 
 
 def is_schema_change(error: BaseException) -> bool:
@@ -198,6 +190,12 @@ class OutputLayout:
             known = ", ".join(sorted(tables)) or "none"
             raise ValueError(f"table {table!r} is not published (published tables: {known})")
         return cls(table, dict(tables) if table is None else {table: tables[table]})
+
+    def misfit(
+        self, qualified_name: str, columns: Sequence[RelationColumn], registry: TypeRegistry, *, binary: bool
+    ) -> str | None:
+        """Why rows of this Relation do not fit (:func:`relation_misfit`); the stager's question."""
+        return relation_misfit(self, qualified_name, columns, registry, binary=binary)
 
     def spark_schema(self) -> T.StructType:
         if self.table is not None:

@@ -29,12 +29,14 @@ from walspark.spark.datasource.schema import (
     OutputLayout,
     SchemaChangedError,
     TypeRegistration,
+    apply_registrations,
     catalog_registrations,
     declared_type_oids,
 )
-from walspark.spark.datasource.staging import Stager
 from walspark.staging.offsets import from_offset, plan_end, to_offset
+from walspark.staging.stager import Stager
 from walspark.storage import Location, location
+from walspark.values import TypeRegistry
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]
 
@@ -115,7 +117,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 stream_options=o.stream_options(),
                 directory=staging,
                 layout=OutputLayout.from_schema(self.schema, o.table),
-                registrations=self._registrations,
+                registry=apply_registrations(TypeRegistry(), self._registrations),
                 segment_max_rows=o.segment_max_rows,
                 segment_max_bytes=o.segment_max_bytes,
                 segment_max_delay=o.segment_max_delay_ms / 1000,

@@ -13,8 +13,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from walspark.changes.assembly import (
     CommittedTransaction,
@@ -23,20 +24,13 @@ from walspark.changes.assembly import (
     TransactionAssembler,
 )
 from walspark.changes.relations import RelationCache
-from walspark.protocol import Relation, Type, decode_message, format_lsn, parse_lsn
+from walspark.protocol import Relation, RelationColumn, Type, decode_message, format_lsn, parse_lsn
 from walspark.protocol.decoder import relation_ids
 from walspark.source.dsn import redact_secrets
 from walspark.source.errors import ConnectionLost, SlotInUse
 from walspark.source.options import StreamOptions
 from walspark.source.stream import Reconnected, ReplicationStream
-from walspark.spark.datasource.schema import (
-    OutputLayout,
-    SchemaChangedError,
-    TypeRegistration,
-    apply_registrations,
-    relation_misfit,
-)
-from walspark.spark.datasource.shapes import record_barrier
+from walspark.staging.barrier import Columns, SchemaChangedError, record_barrier
 from walspark.staging.offsets import TxnEntry
 from walspark.staging.prepared import PreparedStore
 from walspark.staging.segments import (
@@ -51,7 +45,7 @@ from walspark.staging.two_phase import TwoPhaseStaging
 from walspark.storage import Location, location
 from walspark.values import TypeRegistry
 
-__all__ = ["Stager", "StagingError"]
+__all__ = ["ShapeCheck", "Stager", "StagingError", "note_committed_end", "record_idle_mark"]
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +89,24 @@ class _Stop(Exception):
     """Internal: staging ends (schema barrier)."""
 
 
-#: A Relation's columns as (name, type OID, typmod).
-_Columns = tuple[tuple[str, int, int], ...]
+class ShapeCheck(Protocol):
+    """What the stager asks of the query's declared schema (the data source's ``OutputLayout``)."""
+
+    @property
+    def table(self) -> str | None:
+        """The one table a per-table query reads (None: every published table)."""
+        ...
+
+    def wants(self, qualified_name: str) -> bool:
+        """Whether the query reads this table's changes."""
+        ...
+
+    def misfit(
+        self, qualified_name: str, columns: Sequence[RelationColumn], registry: TypeRegistry, *, binary: bool
+    ) -> str | None:
+        """Why rows of this Relation do not fit the declared schema (None when they fit)."""
+        ...
+
 
 # A prelude entry: (lsn, in_stream, data, version)
 _PreludeRow = tuple[int, bool, bytes, "int | None"]
@@ -117,8 +127,8 @@ class Stager(TwoPhaseStaging):
         slot: str,
         stream_options: StreamOptions,
         directory: str | Path | Location,
-        layout: OutputLayout,
-        registrations: tuple[TypeRegistration, ...] = (),
+        layout: ShapeCheck,
+        registry: TypeRegistry | None = None,
         segment_max_rows: int = 50_000,
         segment_max_bytes: int = 64 << 20,
         segment_max_delay: float = 0.2,
@@ -135,7 +145,7 @@ class Stager(TwoPhaseStaging):
         self.directory = location(directory)
         self.segment_dir = self.directory / "segments"
         self.layout = layout
-        self.registry = apply_registrations(TypeRegistry(), registrations)
+        self.registry = registry if registry is not None else TypeRegistry()
         self.segment_max_rows = segment_max_rows
         self.segment_max_bytes = segment_max_bytes
         self.segment_max_delay = segment_max_delay
@@ -635,7 +645,7 @@ class Stager(TwoPhaseStaging):
         written: list[SegmentName] = []
         changes = nbytes = 0
         table_mode = self.layout.table is not None
-        misfits: dict[tuple[str, _Columns], str] = {}
+        misfits: dict[tuple[str, Columns], str] = {}
         commit_lsn, xid, ts, origin = txn.commit_lsn, txn.xid, txn.commit_timestamp, txn.origin
         try:
             for seq, (lsn, in_stream, data) in enumerate(txn.messages()):
@@ -698,7 +708,7 @@ class Stager(TwoPhaseStaging):
                 self._type(lsn, in_stream, data)
         return rels is not self._rels or types is not self._types  # copy-on-write: identity tells
 
-    def _check_change(self, rid: int, misfits: dict[tuple[str, _Columns], str]) -> None:
+    def _check_change(self, rid: int, misfits: dict[tuple[str, Columns], str]) -> None:
         """Note in ``misfits`` the relation of a change if its shape in force does not fit the schema.
 
         Checked once per relation shape (the verdict is kept per version). Only changes are
@@ -712,17 +722,15 @@ class Stager(TwoPhaseStaging):
         if have is not None and have[0] == version.version:
             reason = have[1]
         else:
-            reason = relation_misfit(
-                self.layout, version.qualified_name, version.columns, self.registry, binary=self._binary
-            )
+            reason = self.layout.misfit(version.qualified_name, version.columns, self.registry, binary=self._binary)
             self._verdicts[rid] = (version.version, reason)
         if reason is not None:
             columns = tuple((c.name, c.type_oid, c.type_modifier) for c in version.columns)
             misfits.setdefault((version.qualified_name, columns), reason)
 
-    def _stop_at(self, end: int, misfits: dict[tuple[str, _Columns], str]) -> None:
+    def _stop_at(self, end: int, misfits: dict[tuple[str, Columns], str]) -> None:
         """Staging ends before the transaction ending at ``end``: record its shapes, raise the barrier."""
-        shapes: dict[str, list[_Columns]] = {}
+        shapes: dict[str, list[Columns]] = {}
         reasons: dict[str, str] = {}
         for (table, columns), reason in misfits.items():
             shapes.setdefault(table, []).append(columns)
