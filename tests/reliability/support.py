@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import walspark_injection_points as injection_points
+
 from walspark.demo import PUBLICATION, TABLES, Workload, create_shop, table_rows
 
 if TYPE_CHECKING:
@@ -245,7 +247,8 @@ class Pipeline:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, once: bool = False, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start a run; ``env``: variables for this run only, on top of :attr:`env`."""
+        """Start a run; ``env``: variables for this run only, on top of :attr:`env` (the tests'
+        injection points' actions are installed: their variables, e.g. ``WALSPARK_TEST_CRASH_AT``, act)."""
         self.runs += 1
         args = [sys.executable, "-m", "walspark.cli", "run", "--dsn", self.dsn, "--publication", PUBLICATION,
                 "--slot", self.slot, "--target", str(self.target), "--trigger-seconds", str(self.trigger_seconds),
@@ -254,7 +257,7 @@ class Pipeline:
             args.append("--once")
         self.logs.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env, **(env or {})}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **injection_points.environment(), **self.env, **(env or {})}
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
                                          cwd=self.cwd)  # fmt: skip
         return self.proc

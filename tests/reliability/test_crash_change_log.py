@@ -1,8 +1,9 @@
 """SIGKILL ``walspark run --change-log`` in the windows of change-log mode: the target still equals the source.
 
 Issue 16's crash line. Change-log mode adds three windows to the direct path's (see
-:mod:`walspark.spark.lake.fold_worker`), each reached exactly by the test hook
-``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process group there):
+:mod:`walspark.spark.lake.fold_worker`), each reached exactly at its injection point:
+with ``WALSPARK_TEST_CRASH_AT`` naming it, the driver SIGKILLs its own process group there
+(``tests/support/walspark_injection_points.py``):
 
 - ``changes-appended``: a batch's change logs are durable, Spark has not committed the batch, so
   the slot is not confirmed — the restart replays the batch, whose appends the change log's own
@@ -47,8 +48,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from depth import soak, sweep
+from walspark_injection_points import CRASH_AT
 
-from walspark._injection import CRASH_AT
 from walspark.spark.lake.changelog import BATCH_ID, change_log_tables, folded_through
 from walspark.spark.lake.fold_worker import fold_app_id
 from walspark.storage.layout import TargetLayout

@@ -2,8 +2,9 @@
 
 A ``--once`` run that finds a few plain transactions applies them from the driver as the query's
 next micro-batch (:mod:`walspark.pipeline.driver_batch`), and the first run begins the query's
-checkpoint the same way. That opens three windows of its own, each reached exactly by the test
-hook ``WALSPARK_TEST_CRASH_AT`` (the driver SIGKILLs its own process group there):
+checkpoint the same way. That opens three windows of its own, each reached exactly at its injection
+point: with ``WALSPARK_TEST_CRASH_AT`` naming it, the driver SIGKILLs its own process group there
+(``tests/support/walspark_injection_points.py``):
 
 - ``checkpoint-logged``: the snapshot's run wrote the new checkpoint's query id and an empty
   batch 0 to the offset log, not to the commit log — the restart's query must replay batch 0 and
@@ -28,8 +29,7 @@ import signal
 
 import psycopg
 import pytest
-
-from walspark._injection import CRASH_AT
+from walspark_injection_points import CRASH_AT
 
 from .support import ONCE_TIMEOUT, Pipeline, create_shop, delta_batches, mismatches, repeated_batches
 

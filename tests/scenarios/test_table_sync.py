@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+import walspark_injection_points as injection_points
+from walspark_injection_points import COPY_FAIL_AFTER_WAVES, COPY_PAUSE, COPY_RELEASE
 
 from .support import assert_matches_publication, run_once
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def injection_actions() -> Iterator[None]:
+    """The tests' actions at walspark's injection points, for runs in this process."""
+    with injection_points.installed():
+        yield
 
 
 def _states(target: str) -> dict[str, dict]:
@@ -107,7 +117,7 @@ def test_resnapshot_recopies_a_damaged_table(spark, pg18_dsn, tmp_path):
         assert not list((Path(target) / "_walspark" / "tablesync" / "requests").glob("*.json"))
 
 
-def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_path, monkeypatch):
+def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_path, monkeypatch, injection_actions):
     """Acceptance 4, in-process: a copy that fails after its first wave of chunks (test hook) is
     resumed by the next run in a new snapshot, with the chunks not yet committed — not from zero.
 
@@ -117,7 +127,6 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
     """
     from delta.tables import DeltaTable
 
-    from walspark._injection import COPY_FAIL_AFTER_WAVES
     from walspark.spark.tablesync.copying import METADATA_PREFIX
     from walspark.storage.layout import TargetLayout
 
@@ -162,15 +171,14 @@ def test_copy_resumes_with_the_chunks_not_yet_committed(spark, pg18_dsn, tmp_pat
 
 
 @pytest.mark.parametrize("via_root", [False, True], ids=["leaves", "via-root"])
-def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp_path, monkeypatch, via_root):
+def test_joining_tables_keep_what_the_publication_publishes(spark, pg18_dsn, tmp_path, monkeypatch, via_root,
+                                                            injection_actions):
     """Tables joining a running pipeline are copied as the stream publishes them: a partitioned
     table (by its leaves, or as its root), a row filter, a column list; and a table altered
     while its copy runs (the copy has the shape at its snapshot, the stream brings the new one).
     Chunked (small chunks), and resumed after a failure in the middle of the copies — or started
     over, for the table matched on whole rows (REPLICA IDENTITY FULL: no key to resume by)."""
     import threading
-
-    from walspark._injection import COPY_FAIL_AFTER_WAVES, COPY_PAUSE, COPY_RELEASE
 
     target = str(tmp_path / "lake")
     release = tmp_path / "release-the-copies"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+import walspark_injection_points as injection_points
 from depth import sweep
 
 from walspark.storage.layout import TargetLayout
@@ -69,7 +70,8 @@ class Run:
                 "--sync-check-seconds", "1", "--master", "local[2]", *extra]  # fmt: skip
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **env})  # fmt: skip
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1", **injection_points.environment(),
+                                              **env})  # fmt: skip
 
     @property
     def log_path(self) -> Path:
@@ -182,8 +184,6 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
     releases it: meanwhile the other tables' batches must keep committing and the slot's
     ``confirmed_flush_lsn`` must keep advancing. Then the copy completes under the live workload.
     """
-    from walspark import _injection
-
     target = tmp_path / "lake"
     sizes = {"w1": 2000, "w2": 2000, "big": BIG_ROWS, "small": 3000}
     run = Run(pg18_dsn, target, tmp_path / "logs")
@@ -192,7 +192,7 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
         conn.execute("CREATE PUBLICATION pub FOR TABLE w1, w2")
         with writing(pg18_dsn, sizes) as writers, run:
             release = tmp_path / "release-the-copy"
-            run.start(**{_injection.COPY_PAUSE: str(COPY_PAUSE), _injection.COPY_RELEASE: str(release)})
+            run.start(**{injection_points.COPY_PAUSE: str(COPY_PAUSE), injection_points.COPY_RELEASE: str(release)})
             run.wait(lambda: len(run.commits()) >= 2, "the first batches")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big, small")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the big copy to start")
@@ -262,8 +262,6 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
     under a new temporary slot with the chunks not yet committed; a kill after the copy
     committed keeps the copy and repeats only the hand-off.
     """
-    from walspark._injection import HANDOFF_PAUSE, WAVE_PAUSE
-
     target = tmp_path / "lake"
     rows = min(BIG_ROWS, 100_000)
     sizes = {"w1": 2000, "big": rows}
@@ -275,7 +273,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             # About 20 chunks, copied 8 at a time (spark.default.parallelism). The chunk bounds come
             # from a TABLESAMPLE of the keys, so the count varies (20 or 21): read it from the log.
             chunks = ("--sync-chunk-rows", str(rows // 20))
-            run.start(*chunks, **{WAVE_PAUSE: "600"})
+            run.start(*chunks, **{injection_points.WAVE_PAUSE: "600"})
             run.wait(lambda: len(run.commits()) >= 1, "the first batch")
             conn.execute("ALTER PUBLICATION pub ADD TABLE big")
             run.wait(lambda: states(target).get("public.big", {}).get("state") == "copying", "the copy to start")
@@ -285,7 +283,7 @@ def test_kill_mid_copy_and_between_copy_and_hand_off(spark, pg18_dsn, tmp_path):
             assert states(target)["public.big"]["state"] == "copying"
             print("killed mid-copy:", states(target)["public.big"])
 
-            run.start(*chunks, **{HANDOFF_PAUSE: "600"})
+            run.start(*chunks, **{injection_points.HANDOFF_PAUSE: "600"})
             run.wait(lambda: states(target)["public.big"]["state"] == "copied", "the copy to commit again")
             # resumed under a new slot with the chunks not yet committed
             assert f"resuming the copy of public.big: 8 of {total} chunks were committed before" in run.log(), \

@@ -72,7 +72,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
     """Begin the run's fresh checkpoint with an empty batch 0 ending at ``lsn`` (the slot's
     confirmed position), as the query's first micro-batch would; False: leave it to the query
     (this path turned off, a checkpoint not on local disk, a Spark without the class below)."""
-    from walspark._injection import crash_point
+    from walspark import _injection
     from walspark.staging.offsets import start_checkpoint
     from walspark.storage import location
 
@@ -91,7 +91,7 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
         return False
     before = start_checkpoint(settings.checkpoint, lsn, json.dumps(metadata, separators=(",", ":")))
     before.log_next(lsn)
-    crash_point("checkpoint-logged")
+    _injection.point("checkpoint-logged")
     before.commit_next()
     return True
 
@@ -137,7 +137,7 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
     None when there is none (everything up to the target applied, or a schema change ahead)."""
     import pyarrow as pa
 
-    from walspark._injection import crash_point
+    from walspark import _injection
     from walspark.spark.datasource.schema import SchemaChangedError
     from walspark.staging.offsets import from_offset, to_offset
 
@@ -149,12 +149,12 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
     if end <= last.end:
         return None  # everything up to the target applied, or a schema change next (staging stops before it)
     batch_id = last.log_next(end)
-    crash_point("driver-batch-logged")
+    _injection.point("driver-batch-logged")
     table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],
                                   schema=reader.arrow_schema())  # fmt: skip
     arrow = table.cast(arrow_schema(spark, schema))
     tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
-    crash_point("driver-batch-applied")
+    _injection.point("driver-batch-applied")
     last.commit_next()
     reader.commit(to_offset(end))
     return last.next(end), table.num_rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from walspark._injection import crash_point
+from walspark import _injection
 from walspark.spark.lake.apply import ApplyResult, apply_table
 
 if TYPE_CHECKING:
@@ -90,6 +90,6 @@ class ChangeLogApplier:
     def applied(self, results: Sequence[ApplyResult], batch_id: int) -> None:
         appended = [r for r in results if not r.skipped]
         if appended:  # the window is after an append: not at a batch with nothing to append
-            crash_point("changes-appended")
+            _injection.point("changes-appended")
         for result in appended:
             self.folder.appended((result.schema, result.table), batch_id)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from walspark.spark.lake.apply import ApplyResult
     from walspark.storage.layout import TargetLayout
 
-from walspark._injection import crash_point
+from walspark import _injection
 from walspark.spark.lake.changelog import ChangeLog, FoldPlan, change_log_tables, read_plan, write_plan
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Folder:
                 return None
             plan = FoldPlan(after, upto, done=False)
             write_plan(self.layout, schema, name, plan)
-            crash_point("fold-planned")
+            _injection.point("fold-planned")
         else:
             log.info(
                 "%s.%s: folding batches (%d, %d] again (a fold did not finish)", schema, name, plan.after, plan.upto
@@ -169,7 +169,7 @@ class Folder:
                     return None, [after, *batches]
             result, record = apply_table(session, rows, upto, facts, layout=self.layout, mode=options.mode,
                                           app_id=self.app_id, known=self.known)  # fmt: skip
-            crash_point("fold-committed")
+            _injection.point("fold-committed")
             if record is not None:
                 ProgressTable(session, self.layout).record_many([record])
             return result, []

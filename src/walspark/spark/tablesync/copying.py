@@ -305,8 +305,6 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         )
     started = time.monotonic()
     rows = sum(w.rows for w in waves)
-    pause = _injection.seconds(_injection.WAVE_PAUSE)
-    fail_after = _injection.count(_injection.COPY_FAIL_AFTER_WAVES)
     for first in range(0, len(todo), max(parallelism, 1)):
         if stop.is_set():
             raise InterruptedError(f"the copy of {plan.qualified} was stopped")
@@ -332,10 +330,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             ).line()
         )  # as the initial snapshot's
         if len(done) < total:
-            if fail_after and first // max(parallelism, 1) + 1 >= fail_after:
-                raise RuntimeError(f"test hook: the copy of {plan.qualified} fails after {fail_after} wave(s)")
-            if pause:
-                stop.wait(pause)
+            _injection.point("wave-committed", table=plan.qualified, wave=first // max(parallelism, 1) + 1, stop=stop)
     waves = committed_waves(spark, path, saved)
     say(
         "copy of "

@@ -247,11 +247,7 @@ class TableSync:
                 running = table in self._copies and self._copies[table].is_alive()
                 if state.state == COPYING and not running and table not in self._failed:
                     self._launch(state)  # a copy a previous run did not finish: again, under a new slot
-                elif (
-                    state.state == COPIED
-                    and not running
-                    and time.time() >= (state.copy_done or 0) + _injection.seconds(_injection.HANDOFF_PAUSE)
-                ):  # batches go on meanwhile
+                elif state.state == COPIED and not running:
                     self._hand_off(state)
 
     # ------------------------------------------------------------------------------------------
@@ -410,7 +406,7 @@ class TableSync:
             if plan is None:  # left the publication before the copy began: nothing to copy
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
-            _injection.pause(_injection.COPY_PAUSE, _injection.COPY_RELEASE, self._stop)
+            _injection.point("copy-started", stop=self._stop)
             if plan.columnless_rows is not None:  # a row count: one commit, nothing to resume
                 plan_partitions(plan, parallelism=self.parallelism)
                 self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} while the stream goes on")
@@ -432,6 +428,7 @@ class TableSync:
             if current is None or current.gen != state.gen or current.state != COPYING:
                 return  # superseded (should not happen: a syncing table is never re-requested)
             self.store.update(state.schema, state.table, state=COPIED, copy_done=time.time(), **changes)
+        _injection.point("copy-committed", stop=self._stop)  # handed off once this thread ends
 
     def _copied(self, state: SyncState, rows: DataFrame, session: SparkSession) -> DataFrame | None:
         """``rows`` without the changes the copy holds; None: the copy must be made again (a
