@@ -6,6 +6,10 @@ when it is installed (see :mod:`walspark.compiled`); ``WALSPARK_PURE_PYTHON=1`` 
 """
 
 from ._rows import (
+    COPY_END,
+    COPY_FAILED,
+    COPY_HEADER,
+    COPY_MORE,
     HAS_BINARY,
     HAS_NULL,
     HAS_TEXT,
@@ -15,14 +19,17 @@ from ._rows import (
     fixed_width,
     gather_columns,
     numeric_decimal128,
+    read_copy_rows,
     scan_row_change,
+    split_copy_buffer,
     split_copy_rows,
 )
 
-__all__ = ["API", "HAS_BINARY", "HAS_NULL", "HAS_TEXT", "HAS_UNCHANGED", "RowBatch", "add_row_changes",
-           "fixed_width", "gather_columns", "numeric_decimal128", "scan_row_change", "split_copy_rows"]
-__version__ = "0.2.0"
+__all__ = ["API", "COPY_END", "COPY_FAILED", "COPY_HEADER", "COPY_MORE", "HAS_BINARY", "HAS_NULL", "HAS_TEXT",
+           "HAS_UNCHANGED", "RowBatch", "add_row_changes", "fixed_width", "gather_columns", "numeric_decimal128",
+           "read_copy_rows", "scan_row_change", "split_copy_buffer", "split_copy_rows"]
+__version__ = "0.3.0"
 
 #: The interface walspark expects (walspark.compiled checks it): a walspark_c built from older
 #: sources is not used, rather than failing half-way.
-API = 2
+API = 3

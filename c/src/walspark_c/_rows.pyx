@@ -30,10 +30,11 @@ the buffer), and every loop is bounded by the bytes or items it consumes.
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy, memset
 
 cdef enum:
     K_TEXT = 116      # 't'
@@ -406,30 +407,20 @@ def gather_columns(list parts not None, Py_ssize_t ncols):
         PyMem_Free(positions)
 
 
-def split_copy_rows(list chunks not None, Py_ssize_t ncols):
-    """Rows of a binary COPY (one CopyData message per row, header and trailer removed) as Arrow
-    buffers per column, or None when a message is not exactly one row of ``ncols`` fields.
-
-    Returns one tuple per column: ``(null_count, validity, offsets, data)`` as in
-    :func:`gather_columns` (a field of negative length is NULL, as in
-    ``walspark.spark.snapshot.snapshot_source.split_rows``). On None the caller's reference
-    splitter reads the rows and raises its precise error.
-    """
-    cdef Py_ssize_t n = len(chunks), row, col, pos, end
+cdef object _split_rows(const uint8_t** rows, const Py_ssize_t* sizes, Py_ssize_t n, Py_ssize_t ncols):
+    """The core of :func:`split_copy_rows` and :func:`read_copy_rows`: row ``i`` is the
+    ``sizes[i]`` bytes at ``rows[i]``; None when one is not exactly one row of ``ncols`` fields."""
+    cdef Py_ssize_t row, col, pos, end
     cdef int32_t length
     cdef const uint8_t* p
-    cdef object buf
     cdef _Columns out
     if ncols < 0:
         return None
     out = _Columns(ncols, n, False)
     # Pass 1: every message is one row of ncols fields, each inside the message.
     for row in range(n):
-        buf = chunks[row]
-        if type(buf) is not bytes:
-            return None
-        end = PyBytes_GET_SIZE(buf)
-        p = <const uint8_t*>PyBytes_AS_STRING(buf)
+        end = sizes[row]
+        p = rows[row]
         if end < 2 or _u16(p) != ncols:
             return None
         pos = 2
@@ -449,7 +440,7 @@ def split_copy_rows(list chunks not None, Py_ssize_t ncols):
         return None
     # Pass 2: copy (every read was checked in pass 1).
     for row in range(n):
-        p = <const uint8_t*>PyBytes_AS_STRING(chunks[row])
+        p = rows[row]
         pos = 2
         for col in range(ncols):
             length = <int32_t>_u32(p + pos)
@@ -460,6 +451,231 @@ def split_copy_rows(list chunks not None, Py_ssize_t ncols):
             else:
                 out.no_value(col, row, K_NULL)
     return out.result()
+
+
+def split_copy_rows(list chunks not None, Py_ssize_t ncols):
+    """Rows of a binary COPY (one CopyData message per row, header and trailer removed) as Arrow
+    buffers per column, or None when a message is not exactly one row of ``ncols`` fields.
+
+    Returns one tuple per column: ``(null_count, validity, offsets, data)`` as in
+    :func:`gather_columns` (a field of negative length is NULL, as in
+    ``walspark.spark.snapshot.pgsnapshot.split_rows``). On None the caller's reference
+    splitter reads the rows and raises its precise error.
+    """
+    cdef Py_ssize_t n = len(chunks), row
+    cdef const uint8_t** rows
+    cdef Py_ssize_t* sizes
+    cdef object buf
+    if ncols < 0:
+        return None
+    for row in range(n):
+        if type(chunks[row]) is not bytes:
+            return None
+    rows = <const uint8_t**>PyMem_Malloc(max(n, 1) * sizeof(uint8_t*))
+    sizes = <Py_ssize_t*>PyMem_Malloc(max(n, 1) * sizeof(Py_ssize_t))
+    try:
+        if rows == NULL or sizes == NULL:
+            raise MemoryError()
+        for row in range(n):
+            buf = chunks[row]
+            rows[row] = <const uint8_t*>PyBytes_AS_STRING(buf)
+            sizes[row] = PyBytes_GET_SIZE(buf)
+        # No Python runs in the core, so the list (which holds the bytes) stays as it is.
+        return _split_rows(rows, sizes, n, ncols)
+    finally:
+        PyMem_Free(rows)
+        PyMem_Free(sizes)
+
+
+# --------------------------------------------------------------------------- the COPY read loop
+
+ctypedef int (*_GetCopyData)(void* conn, char** buffer, int async_) noexcept nogil
+ctypedef void (*_FreeMem)(void* ptr) noexcept nogil
+
+cdef enum:
+    S_MORE = 0    # max_rows rows read; the stream goes on
+    S_END = 1     # the stream ended (PQgetCopyData -1): the caller fetches the COPY's result
+    S_FAILED = 2  # PQgetCopyData -2: the caller reports the connection's error message
+    S_HEADER = 3  # a first message whose header this loop does not take: handed back, nothing else read
+
+#: What :func:`read_copy_rows` stopped at.
+COPY_MORE = S_MORE
+COPY_END = S_END
+COPY_FAILED = S_FAILED
+COPY_HEADER = S_HEADER
+
+cdef const char* _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+cdef Py_ssize_t _header_size(const uint8_t* p, Py_ssize_t size) noexcept nogil:
+    """Bytes of the binary COPY header at the start of the first message, or -1 when it is not
+    one this loop takes (a wrong signature, OIDs, an extension running past the message): the
+    reference's ``strip_copy_header`` then decides."""
+    cdef uint32_t ext
+    if size < 19 or memcmp(p, _SIGNATURE, 11) != 0 or (_u32(p + 11) & 0x00010000):
+        return -1
+    ext = _u32(p + 15)
+    if <int64_t>ext > <int64_t>(size - 19):
+        return -1
+    return 19 + <Py_ssize_t>ext
+
+
+cdef struct _Kept:
+    # The rows read so far, end to end in one buffer (C memory: filled without the GIL).
+    char* data
+    int64_t size
+    int64_t capacity
+    int64_t* ends
+    Py_ssize_t n
+    Py_ssize_t ends_capacity
+
+
+cdef int _keep(_Kept* kept, const char* p, int64_t size) noexcept nogil:
+    """Append one message; -1 when memory runs out."""
+    cdef int64_t capacity
+    cdef Py_ssize_t ends_capacity
+    cdef void* grown
+    if kept.size + size > kept.capacity:
+        capacity = max(kept.capacity * 2, kept.size + size, <int64_t>65536)
+        grown = realloc(kept.data, <size_t>capacity)
+        if grown == NULL:
+            return -1
+        kept.data, kept.capacity = <char*>grown, capacity
+    if kept.n == kept.ends_capacity:
+        ends_capacity = max(kept.ends_capacity * 2, <Py_ssize_t>1024)
+        grown = realloc(kept.ends, <size_t>ends_capacity * sizeof(int64_t))
+        if grown == NULL:
+            return -1
+        kept.ends, kept.ends_capacity = <int64_t*>grown, ends_capacity
+    memcpy(kept.data + kept.size, p, <size_t>size)
+    kept.size += size
+    kept.ends[kept.n] = kept.size
+    kept.n += 1
+    return 0
+
+
+def read_copy_rows(object pgconn not None, object get_copy_data not None, object free_mem not None,
+                   Py_ssize_t ncols, Py_ssize_t max_rows, bint first):
+    """Read up to ``max_rows`` rows of a binary ``COPY ... TO STDOUT`` from libpq, as raw columns.
+
+    ``pgconn`` is the connection's ``PGconn*``; ``get_copy_data`` and ``free_mem`` the addresses
+    of ``PQgetCopyData`` and ``PQfreemem`` in the libpq that made it (the caller finds them). The
+    loop runs in C without the GIL: ``PQgetCopyData`` (synchronous: libpq waits for the socket)
+    per message, the header of the first one stripped (``first``), the trailer (``\\xff\\xff``)
+    skipped, each row copied into one buffer, which is then split as :func:`split_copy_rows`
+    does. What the pure loop does with the same messages is the reference.
+
+    Returns ``(status, n, columns, rows)``: ``status`` one of ``COPY_*``; ``n`` the rows read;
+    ``columns`` the ``(null_count, validity, offsets, data)`` of each column, or None when a row
+    is not exactly one of ``ncols`` fields (or a column passes 2 GiB) — ``rows`` then holds the
+    ``n`` rows as ``bytes`` for the reference splitter, which decides (and raises its error).
+    ``COPY_HEADER`` returns ``rows = [the first message]`` as it came, nothing else read;
+    ``COPY_FAILED`` returns no rows (the reference raises before yielding them).
+    """
+    cdef void* conn = PyLong_AsVoidPtr(pgconn)
+    cdef _GetCopyData get = <_GetCopyData>PyLong_AsVoidPtr(get_copy_data)
+    cdef _FreeMem free_ = <_FreeMem>PyLong_AsVoidPtr(free_mem)
+    cdef _Kept kept
+    cdef char* buf
+    cdef const uint8_t* p
+    cdef int got
+    cdef Py_ssize_t skip, size, row
+    cdef int status = S_MORE
+    cdef bint failed_memory = False
+    cdef const uint8_t** rows
+    cdef Py_ssize_t* sizes
+    if conn == NULL or <void*>get == NULL or <void*>free_ == NULL:
+        raise ValueError("read_copy_rows needs a connection and libpq's PQgetCopyData and PQfreemem")
+    if ncols < 0 or max_rows < 1:
+        raise ValueError("read_copy_rows needs ncols >= 0 and max_rows >= 1")
+    memset(&kept, 0, sizeof(kept))
+    try:
+        with nogil:
+            while kept.n < max_rows:
+                buf = NULL
+                got = get(conn, &buf, 0)
+                if got == -1:
+                    status = S_END
+                    break
+                if got < -1:
+                    status = S_FAILED
+                    break
+                if got == 0 or buf == NULL:  # never in synchronous mode (libpq waits, drops empty messages)
+                    if buf != NULL:
+                        free_(buf)
+                    continue
+                p = <const uint8_t*>buf
+                size = got
+                if first:
+                    skip = _header_size(p, size)
+                    if skip < 0:
+                        if _keep(&kept, buf, size) < 0:
+                            failed_memory = True
+                        else:
+                            status = S_HEADER
+                        free_(buf)
+                        break
+                    first = False
+                    p += skip
+                    size -= skip
+                    if size == 0:
+                        free_(buf)
+                        continue
+                if size == 2 and p[0] == 0xff and p[1] == 0xff:  # the trailer; the stream ends right after it
+                    free_(buf)
+                    continue
+                if _keep(&kept, <const char*>p, size) < 0:
+                    failed_memory = True
+                    free_(buf)
+                    break
+                free_(buf)
+        if failed_memory:
+            raise MemoryError()
+        if status == S_HEADER:
+            return status, 0, None, [PyBytes_FromStringAndSize(kept.data, kept.ends[0])]
+        if status == S_FAILED:
+            return status, 0, None, None
+        rows = <const uint8_t**>PyMem_Malloc(max(kept.n, 1) * sizeof(uint8_t*))
+        sizes = <Py_ssize_t*>PyMem_Malloc(max(kept.n, 1) * sizeof(Py_ssize_t))
+        try:
+            if rows == NULL or sizes == NULL:
+                raise MemoryError()
+            for row in range(kept.n):
+                rows[row] = <const uint8_t*>kept.data + (kept.ends[row - 1] if row else 0)
+                sizes[row] = <Py_ssize_t>(kept.ends[row] - (kept.ends[row - 1] if row else 0))
+            columns = _split_rows(rows, sizes, kept.n, ncols)
+            if columns is not None:
+                return status, kept.n, columns, None
+            return status, kept.n, None, [PyBytes_FromStringAndSize(<const char*>rows[row], sizes[row])
+                                         for row in range(kept.n)]
+        finally:
+            PyMem_Free(rows)
+            PyMem_Free(sizes)
+    finally:
+        free(kept.data)
+        free(kept.ends)
+
+
+def split_copy_buffer(bytes data not None, list ends not None, Py_ssize_t ncols):
+    """:func:`read_copy_rows`' splitter on rows already in one buffer (row ``i`` ends at
+    ``ends[i]``): for tests, which feed it any bytes. None as :func:`split_copy_rows` returns it."""
+    cdef Py_ssize_t n = len(ends), row, start = 0, stop
+    cdef const uint8_t* base = <const uint8_t*>PyBytes_AS_STRING(data)
+    cdef const uint8_t** rows = <const uint8_t**>PyMem_Malloc(max(n, 1) * sizeof(uint8_t*))
+    cdef Py_ssize_t* sizes = <Py_ssize_t*>PyMem_Malloc(max(n, 1) * sizeof(Py_ssize_t))
+    try:
+        if rows == NULL or sizes == NULL:
+            raise MemoryError()
+        for row in range(n):
+            stop = ends[row]
+            if stop < start or stop > PyBytes_GET_SIZE(data):
+                raise ValueError("ends must rise within the buffer")
+            rows[row], sizes[row] = base + start, stop - start
+            start = stop
+        return _split_rows(rows, sizes, n, ncols)
+    finally:
+        PyMem_Free(rows)
+        PyMem_Free(sizes)
 
 
 # --------------------------------------------------------------------------- change rows in C

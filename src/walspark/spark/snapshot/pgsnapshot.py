@@ -6,6 +6,8 @@ publishes. Users do not call it directly. See docs/design/snapshot.md.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -273,16 +275,19 @@ def copy_columns(chunks: list[bytes], ncols: int, speedups: Any = compiled.speed
     if speedups is not None:
         split = speedups.split_copy_rows(chunks, ncols)
         if split is not None:
-            from walspark.values.codecs import raw_array_from_buffers
-
-            return [
-                raw_array_from_buffers(len(chunks), validity, offsets, data, nulls)
-                for nulls, validity, offsets, data in split
-            ]
+            return raw_columns(len(chunks), split)
     try:
         return split_rows(chunks, ncols)
     except CopyFormatError:
         return split_rows_slow(chunks, ncols)
+
+
+def raw_columns(n: int, split: list[tuple[int, bytes, bytes, bytes]]) -> list[pa.Array]:
+    """The ``(null_count, validity, offsets, data)`` buffers of ``walspark_c``'s splitters as
+    Arrow binary arrays of ``n`` rows (no copy)."""
+    from walspark.values.codecs import raw_array_from_buffers
+
+    return [raw_array_from_buffers(n, validity, offsets, data, nulls) for nulls, validity, offsets, data in split]
 
 
 def split_rows_slow(chunks: Sequence[bytes], ncols: int) -> list[pa.BinaryArray]:
@@ -416,7 +421,10 @@ class _Decoder:
 
     def batch_from_copy(self, chunks: list[bytes]) -> pa.RecordBatch:
         """One batch from binary COPY messages (one row each)."""
-        raw = copy_columns(chunks, len(self.names))
+        return self.batch_from_raw(copy_columns(chunks, len(self.names)))
+
+    def batch_from_raw(self, raw: list[pa.Array]) -> pa.RecordBatch:
+        """One batch from the raw binary columns of binary COPY rows."""
         done: dict[int, pa.Array] = {}
         for j, (codec, r) in enumerate(zip(self.codecs, raw)):
             if not self.as_text[j]:
@@ -456,10 +464,121 @@ class _Decoder:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
-def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def _binary_batches(
+    copy: Any, decoder: _Decoder, batch_rows: int, first: bytes | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The pure read loop of a binary COPY: psycopg's messages, one ``bytes`` per row, in batches.
+
+    The reference for :func:`_binary_batches_compiled`; ``first`` is a first message already read.
+    """
+    messages = itertools.chain(() if first is None else (first,), (bytes(chunk) for chunk in copy))
+    chunks: list[bytes] = []
+    header = True
+    for data in messages:
+        if header:
+            header = False
+            data = strip_copy_header(data)
+            if not data:
+                continue
+        if data == b"\xff\xff":  # the trailer; the stream ends right after it
+            continue
+        chunks.append(data)
+        if len(chunks) >= batch_rows:
+            yield decoder.batch_from_copy(chunks)
+            chunks = []
+    if chunks:
+        yield decoder.batch_from_copy(chunks)
+
+
+def libpq_copy_functions(conn: Any) -> tuple[int, int] | None:
+    """Addresses of ``PQgetCopyData`` and ``PQfreemem`` in the libpq that made ``conn``, or None.
+
+    The compiled read loop must call the libpq whose ``PGconn`` it is handed (its struct and
+    buffers are that library's). psycopg's C implementations (``binary``: the libpq bundled in
+    ``psycopg_binary.libs``; ``c``: the system's) are extension modules linked against it, so
+    ``dlsym`` on the module that defines the connection's ``PGconn`` class finds exactly that
+    library's functions (the way :mod:`walspark.source._libpq` finds psycopg2's); the ``python``
+    implementation holds its libpq as a ctypes library.
+    """
+    return _libpq_copy_functions(type(conn.pgconn).__module__)
+
+
+@functools.cache
+def _libpq_copy_functions(module_name: str) -> tuple[int, int] | None:
+    import ctypes
+    import sys
+
+    if module_name == "psycopg.pq.pq_ctypes":
+        lib = getattr(sys.modules.get("psycopg.pq._pq_ctypes"), "pq", None)
+    else:
+        path = getattr(sys.modules.get(module_name), "__file__", None)
+        lib = ctypes.CDLL(path) if path and not path.endswith(".py") else None
+    if lib is None:
+        return None
+    try:
+        get, free = lib.PQgetCopyData, lib.PQfreemem
+    except AttributeError:
+        return None
+    return ctypes.cast(get, ctypes.c_void_p).value or 0, ctypes.cast(free, ctypes.c_void_p).value or 0
+
+
+def _binary_batches_compiled(conn: Any, copy: Any, decoder: _Decoder, batch_rows: int, speedups: Any,
+                             functions: tuple[int, int]) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The read loop of a binary COPY in C (``walspark_c.read_copy_rows``): the same batches as
+    :func:`_binary_batches`, without a Python object per row.
+
+    The C loop reads the connection's CopyData with libpq itself, so it also takes the end of the
+    stream from psycopg: it then fetches the COPY's result as psycopg's ``Copy`` would (its
+    iterator is never used; leaving the ``with`` block reads nothing more once the result is
+    taken). Anything the loop does not take goes to the pure path: a first message with another
+    header (the rest of the stream then runs there), rows that are not one of the expected width
+    (that batch is split by the reference splitter, which raises).
+    """
+    import psycopg
+
+    get_copy_data, free_mem = functions
+    ncols = len(decoder.names)
+    first = True
+    while True:
+        pgconn_ptr = conn.pgconn.pgconn_ptr
+        status, n, columns, rows = speedups.read_copy_rows(pgconn_ptr, get_copy_data, free_mem, ncols, batch_rows,
+                                                           first)  # fmt: skip
+        if status == speedups.COPY_HEADER:
+            yield from _binary_batches(copy, decoder, batch_rows, first=rows[0])
+            return
+        first = False
+        if status == speedups.COPY_FAILED:  # psycopg's words for PQgetCopyData's -2
+            raise psycopg.OperationalError(f"receiving copy data failed: {psycopg.pq.error_message(conn.pgconn)}")
+        if status == speedups.COPY_END:
+            _copy_out_result(conn)
+        if n:
+            yield (
+                decoder.batch_from_raw(raw_columns(n, columns))
+                if columns is not None
+                else decoder.batch_from_copy(rows)
+            )
+        if status == speedups.COPY_END:
+            return
+
+
+def _copy_out_result(conn: Any) -> None:
+    """After ``PQgetCopyData`` returned -1: take the COPY's final result and raise its error, as
+    psycopg's ``copy_from`` generator does at the end of its iterator."""
+    from psycopg import errors, generators, pq
+
+    results = conn.wait(generators.fetch_many(conn.pgconn))
+    if len(results) > 1:
+        raise errors.ProgrammingError("you cannot mix COPY with other operations")
+    if results[0].status != pq.ExecStatus.COMMAND_OK:
+        raise errors.error_from_result(results[0], encoding=conn.info.encoding)
+
+
+def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BATCH_ROWS,
+               speedups: Any = compiled.speedups) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """Copy one CTID range inside the exported snapshot; yields Arrow batches.
 
-    Also usable without Spark (the benchmark and tests call it directly).
+    Also usable without Spark (the benchmark and tests call it directly). ``speedups``: the
+    compiled module whose read loop to use (None: the pure loop).
     """
     import psycopg
 
@@ -485,23 +604,11 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
             begin_in_snapshot(conn, plan.snapshot_name)
             with conn.cursor() as cur, cur.copy(query) as copy:
                 if plan.binary:
-                    chunks: list[bytes] = []
-                    header = True
-                    for chunk in copy:
-                        data = bytes(chunk)
-                        if header:
-                            header = False
-                            data = strip_copy_header(data)
-                            if not data:
-                                continue
-                        if data == b"\xff\xff":  # the trailer; the stream ends right after it
-                            continue
-                        chunks.append(data)
-                        if len(chunks) >= batch_rows:
-                            yield decoder.batch_from_copy(chunks)
-                            chunks = []
-                    if chunks:
-                        yield decoder.batch_from_copy(chunks)
+                    functions = libpq_copy_functions(conn) if speedups is not None else None
+                    if functions is not None:
+                        yield from _binary_batches_compiled(conn, copy, decoder, batch_rows, speedups, functions)
+                    else:
+                        yield from _binary_batches(copy, decoder, batch_rows)
                 else:
                     rows: list[tuple[Any, ...]] = []
                     for row in copy.rows():
