@@ -134,19 +134,43 @@ class SegmentBuilder:
         in_stream: bool,
         data: bytes,
     ) -> None:
+        """One row (see :meth:`add_run` for a transaction's rows at once)."""
+        self.add_run(end_lsn, commit_lsn, xid, commit_ts, origin, [lsn], [seq], [in_stream], [data], len(data))
+
+    def add_run(
+        self,
+        end_lsn: int,
+        commit_lsn: int,
+        xid: int,
+        commit_ts: int,
+        origin: str | None,
+        lsns: list[int],
+        seqs: list[int],
+        in_stream: list[bool],
+        data: list[bytes],
+        nbytes: int,
+    ) -> None:
+        """Rows of one transaction: its columns given once, the messages' as lists (``nbytes`` their size).
+
+        The stager's per-message work is a few list appends; the transaction's own columns are
+        repeated here, once per run, not once per message.
+        """
+        n = len(data)
+        if not n:
+            return
         c = self.columns
-        c[0].append(end_lsn)
-        c[1].append(commit_lsn)
-        c[2].append(xid)
-        c[3].append(commit_ts)
-        c[4].append(origin)
-        c[5].append(lsn)
-        c[6].append(seq)
-        c[7].append(None)
-        c[8].append(in_stream)
-        c[9].append(data)
-        self.rows += 1
-        self.bytes += len(data)
+        c[0].extend([end_lsn] * n)
+        c[1].extend([commit_lsn] * n)
+        c[2].extend([xid] * n)
+        c[3].extend([commit_ts] * n)
+        c[4].extend([origin] * n)
+        c[5].extend(lsns)
+        c[6].extend(seqs)
+        c[7].extend([None] * n)
+        c[8].extend(in_stream)
+        c[9].extend(data)
+        self.rows += n
+        self.bytes += nbytes
         if self.first_end is None:
             self.first_end = end_lsn
         self.last_end = end_lsn

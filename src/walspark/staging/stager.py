@@ -647,6 +647,13 @@ class Stager(TwoPhaseStaging):
         table_mode = self.layout.table is not None
         misfits: dict[tuple[str, Columns], str] = {}
         commit_lsn, xid, ts, origin = txn.commit_lsn, txn.xid, txn.commit_timestamp, txn.origin
+        max_rows, max_bytes = self.segment_max_rows, self.segment_max_bytes
+        # the piece's rows, column by column (SegmentBuilder.add_run takes them at once)
+        lsns: list[int] = []
+        seqs: list[int] = []
+        streams: list[bool] = []
+        datas: list[bytes] = []
+        piece_start = 0  # nbytes when the piece began
         try:
             for seq, (lsn, in_stream, data) in enumerate(txn.messages()):
                 kind = data[0]
@@ -666,16 +673,22 @@ class Stager(TwoPhaseStaging):
                     continue  # transactional logical messages carry no rows
                 if misfits:
                     continue  # the transaction is not staged; its Relations and changes are still checked
-                piece.append(end, commit_lsn, xid, ts, origin, lsn, seq, in_stream, data)
+                lsns.append(lsn)
+                seqs.append(seq)
+                streams.append(in_stream)
+                datas.append(data)
                 nbytes += len(data)
-                if piece.rows >= self.segment_max_rows or piece.bytes >= self.segment_max_bytes:
+                if len(datas) >= max_rows or nbytes - piece_start >= max_bytes:
+                    piece.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
                     if not dedicated:
                         self._flush_pending()
                         dedicated = True
                     written.append(self._write(piece, snapshot, touched, ()))
                     piece, snapshot, touched = SegmentBuilder(), (self._rels, self._types), set()
+                    lsns, seqs, streams, datas, piece_start = [], [], [], [], nbytes
         finally:
             txn.release()
+        piece.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
         if misfits:
             for seg in written:  # pieces of this transaction: never offered, remove them
                 seg.path.delete()
