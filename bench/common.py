@@ -7,10 +7,12 @@ bare) starts with nothing more than what it measures.
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
+from typing import Any
 
-__all__ = ["log", "pct"]
+__all__ = ["PGOUTPUT_OPTIONS", "log", "pct", "recvlogical"]
 
 _T0 = time.perf_counter()
 
@@ -28,3 +30,18 @@ def pct(values: list[float], p: float) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
+
+
+#: The pgoutput options of the server-side references (what walspark negotiates with PostgreSQL 18).
+PGOUTPUT_OPTIONS = {"proto_version": "4", "streaming": "on"}
+
+
+def recvlogical(pg: Any, dsn: str, slot: str, publication: str, endpos: str) -> float:
+    """``pg_recvlogical --start`` into /dev/null up to ``endpos``: seconds from process start to exit."""
+    argv = [pg.bin("pg_recvlogical"), "-d", dsn, "--slot", slot, "--start", "--no-loop", "-f", "/dev/null",
+            "--endpos", endpos, "-o", f"publication_names={publication}"]  # fmt: skip
+    for key, value in PGOUTPUT_OPTIONS.items():
+        argv += ["-o", f"{key}={value}"]
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, timeout=1800, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started

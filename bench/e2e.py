@@ -26,7 +26,6 @@ anything is timed, as a long-running pipeline pays it once. Progress on stderr, 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 import threading
 import time
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
-from common import log, pct  # bench/common.py, beside this script
+from common import log, pct, recvlogical  # bench/common.py, beside this script
 from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
@@ -43,20 +42,6 @@ if TYPE_CHECKING:
     from walspark.embedded.postgres import EmbeddedPostgres
 
 #: What walspark's stream asks of PostgreSQL 18 by default; pg_recvlogical gets the same.
-PGOUTPUT_OPTIONS = {"proto_version": "4", "streaming": "on"}
-
-
-def recvlogical(pg: EmbeddedPostgres, dsn: str, slot: str, publication: str, endpos: str) -> float:
-    """``pg_recvlogical --start`` into /dev/null up to ``endpos``: seconds from process start to exit."""
-    argv = [pg.bin("pg_recvlogical"), "-d", dsn, "--slot", slot, "--start", "--no-loop", "-f", "/dev/null",
-            "--endpos", endpos, "-o", f"publication_names={publication}"]  # fmt: skip
-    for key, value in PGOUTPUT_OPTIONS.items():
-        argv += ["-o", f"{key}={value}"]
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, timeout=1800, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
-
-
 def pipeline(spark: SparkSession, dsn: str, publication: str, slot: str, target: str):  # type: ignore[no-untyped-def]
     """The pipeline of ``walspark run`` (:class:`walspark.Pipeline`), its lines to the log."""
     from walspark import Pipeline

@@ -176,7 +176,7 @@ def measure_floors(args: argparse.Namespace, floors: Floors) -> list[Case]:
 
 def recvlogical_floor(args: argparse.Namespace) -> float:
     """``pg_recvlogical`` of ``--changes`` updates of one table (``bench/e2e.py``'s), in seconds."""
-    from e2e import recvlogical  # bench/e2e.py, beside this script
+    from common import recvlogical  # bench/common.py, beside this script
     from soak import create_tables  # bench/soak.py, beside this script
 
     from walspark.embedded.postgres import EmbeddedPostgres

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 PURE_VARIABLE = "WALSPARK_PURE_PYTHON"
 
 #: The ``walspark_c`` interface this walspark calls (``walspark_c.API``).
-API = 3
+API = 4
 
 
 def _load() -> ModuleType | None:

@@ -10,6 +10,7 @@ from ._rows import (
     COPY_FAILED,
     COPY_HEADER,
     COPY_MORE,
+    COPY_WAIT,
     HAS_BINARY,
     HAS_NULL,
     HAS_TEXT,
@@ -19,17 +20,18 @@ from ._rows import (
     fixed_width,
     gather_columns,
     numeric_decimal128,
+    read_copy_frames,
     read_copy_rows,
     scan_row_change,
     split_copy_buffer,
     split_copy_rows,
 )
 
-__all__ = ["API", "COPY_END", "COPY_FAILED", "COPY_HEADER", "COPY_MORE", "HAS_BINARY", "HAS_NULL", "HAS_TEXT",
+__all__ = ["API", "COPY_END", "COPY_FAILED", "COPY_HEADER", "COPY_MORE", "COPY_WAIT", "HAS_BINARY", "HAS_NULL", "HAS_TEXT",
            "HAS_UNCHANGED", "RowBatch", "add_row_changes", "fixed_width", "gather_columns", "numeric_decimal128",
-           "read_copy_rows", "scan_row_change", "split_copy_buffer", "split_copy_rows"]
-__version__ = "0.3.0"
+           "read_copy_frames", "read_copy_rows", "scan_row_change", "split_copy_buffer", "split_copy_rows"]
+__version__ = "0.4.0"
 
 #: The interface walspark expects (walspark.compiled checks it): a walspark_c built from older
 #: sources is not used, rather than failing half-way.
-API = 3
+API = 4

@@ -497,12 +497,14 @@ cdef enum:
     S_END = 1     # the stream ended (PQgetCopyData -1): the caller fetches the COPY's result
     S_FAILED = 2  # PQgetCopyData -2: the caller reports the connection's error message
     S_HEADER = 3  # a first message whose header this loop does not take: handed back, nothing else read
+    S_WAIT = 4    # (read_copy_frames) libpq holds no whole message: consume input, poll
 
 #: What :func:`read_copy_rows` stopped at.
 COPY_MORE = S_MORE
 COPY_END = S_END
 COPY_FAILED = S_FAILED
 COPY_HEADER = S_HEADER
+COPY_WAIT = S_WAIT
 
 cdef const char* _SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 
@@ -654,6 +656,44 @@ def read_copy_rows(object pgconn not None, object get_copy_data not None, object
     finally:
         free(kept.data)
         free(kept.ends)
+
+
+def read_copy_frames(object pgconn not None, object get_copy_data not None, object free_mem not None,
+                     Py_ssize_t limit):
+    """Up to ``limit`` CopyData messages libpq already holds, each as ``bytes``, without waiting.
+
+    The replication stream's read (``walspark.source._libpq.CopyBoth``) in one call rather than
+    three ctypes calls per message: ``PQgetCopyData`` in asynchronous mode until it has nothing
+    whole buffered, each message copied and freed at once. ``pgconn``, ``get_copy_data`` and
+    ``free_mem`` as for :func:`read_copy_rows`. Returns ``(status, frames)``: ``COPY_MORE``
+    (``limit`` read), ``COPY_WAIT`` (nothing more buffered), ``COPY_END`` (``PQgetCopyData``
+    -1: the caller fetches the result) or ``COPY_FAILED`` (-2), after the frames read before it.
+    """
+    cdef void* conn = PyLong_AsVoidPtr(pgconn)
+    cdef _GetCopyData get = <_GetCopyData>PyLong_AsVoidPtr(get_copy_data)
+    cdef _FreeMem free_ = <_FreeMem>PyLong_AsVoidPtr(free_mem)
+    cdef char* buf
+    cdef int got
+    cdef int status = S_MORE
+    cdef list frames = []
+    if conn == NULL or <void*>get == NULL or <void*>free_ == NULL:
+        raise ValueError("read_copy_frames needs a connection and libpq's PQgetCopyData and PQfreemem")
+    if limit < 1:
+        raise ValueError("read_copy_frames needs limit >= 1")
+    while len(frames) < limit:
+        buf = NULL
+        got = get(conn, &buf, 1)
+        if got > 0:
+            try:
+                frames.append(PyBytes_FromStringAndSize(buf, got))
+            finally:
+                free_(buf)
+            continue
+        if buf != NULL:
+            free_(buf)
+        status = S_WAIT if got == 0 else S_END if got == -1 else S_FAILED
+        break
+    return status, frames
 
 
 def split_copy_buffer(bytes data not None, list ends not None, Py_ssize_t ncols):

@@ -11,6 +11,8 @@ import ctypes
 import functools
 from typing import Any
 
+from walspark import compiled
+
 __all__ = ["CopyBoth", "CopyEnded", "LibpqConnectionError"]
 
 _PGRES_COMMAND_OK = 1
@@ -29,6 +31,16 @@ class CopyEnded(Exception):
         super().__init__(message)
         self.sqlstate = sqlstate
         self.message = message
+
+
+@functools.cache
+def _functions() -> tuple[int, int]:
+    """Addresses of ``PQgetCopyData`` and ``PQfreemem`` (for the compiled reader)."""
+    lib = _lib()
+    return (
+        ctypes.cast(lib.PQgetCopyData, ctypes.c_void_p).value or 0,
+        ctypes.cast(lib.PQfreemem, ctypes.c_void_p).value or 0,
+    )
 
 
 @functools.cache
@@ -64,21 +76,44 @@ class CopyBoth:
     Not thread-safe by itself: the caller serialises calls (the stream holds a lock).
     """
 
-    __slots__ = ("_buf", "_buf_ref", "_conn", "_get", "_lib")
+    __slots__ = ("_at", "_buf", "_buf_ref", "_conn", "_fast", "_frames", "_get", "_lib", "_ptr", "_stopped")
 
-    def __init__(self, pgconn_ptr: int) -> None:
+    #: Messages the compiled reader takes from libpq per call.
+    BATCH = 512
+
+    def __init__(self, pgconn_ptr: int, speedups: Any = compiled.speedups) -> None:
         self._lib = _lib()
+        self._ptr = pgconn_ptr
         self._conn = ctypes.c_void_p(pgconn_ptr)
         self._buf = ctypes.c_void_p()
         # Made once: read() runs once per message, and building these each time showed in profiles.
         self._buf_ref = ctypes.byref(self._buf)
         self._get = self._lib.PQgetCopyData
+        # The compiled reader takes every whole message libpq holds in one call; read() then hands
+        # them out one by one. What stopped it (the end, a broken connection) waits its turn.
+        self._fast = speedups if speedups is not None and hasattr(speedups, "read_copy_frames") else None
+        self._frames: list[bytes] = []
+        self._at = 0
+        self._stopped = 0
 
     def socket(self) -> int:
         return self._lib.PQsocket(self._conn)
 
+    def buffered(self) -> bytes | None:
+        """The next message the compiled reader already took from libpq, else None (no libpq call:
+        safe without the caller's lock)."""
+        if self._at < len(self._frames):
+            self._at += 1
+            return self._frames[self._at - 1]
+        return None
+
     def read(self) -> bytes | None:
         """One CopyData payload if a whole one is buffered, else None (never blocks)."""
+        data = self.buffered()
+        if data is not None:
+            return data
+        if self._fast is not None:
+            return self._read_batch(self._fast)
         n = self._get(self._conn, self._buf_ref, 1)
         if n > 0:
             try:
@@ -87,9 +122,28 @@ class CopyBoth:
                 self._lib.PQfreemem(self._buf)
         if n == 0:
             return None
-        if n == -1:
-            raise self._copy_end()
-        raise LibpqConnectionError(self._error())
+        raise self._ended(n)
+
+    def _read_batch(self, fast: Any) -> bytes | None:
+        status = self._stopped
+        if not status:
+            get, free = _functions()
+            status, frames = fast.read_copy_frames(self._ptr, get, free, self.BATCH)
+            if frames:
+                self._frames, self._at = frames, 1
+                if status in (fast.COPY_END, fast.COPY_FAILED):
+                    self._stopped = status  # raised once the frames before it are handed out
+                return frames[0]
+        self._frames, self._at, self._stopped = [], 0, 0
+        if status == fast.COPY_END:
+            raise self._ended(-1)
+        if status == fast.COPY_FAILED:
+            raise self._ended(-2)
+        return None
+
+    def _ended(self, n: int) -> Exception:
+        """PQgetCopyData's -1 (the server ended COPY BOTH) or -2 (the connection broke), as an error."""
+        return self._copy_end() if n == -1 else LibpqConnectionError(self._error())
 
     def consume_input(self) -> None:
         """Move whatever the socket holds into libpq's buffer (non-blocking)."""

@@ -338,6 +338,14 @@ class ReplicationStream:
         while True:
             if self._broken is not None:
                 raise self._broken
+            io = self._io
+            # Messages the reader already took from libpq: plain Python objects, no lock needed.
+            data = io.buffered() if io is not None else None
+            if data is not None:
+                item = self._frame(data)
+                if item is not None:
+                    return item
+                continue  # a keepalive
             if time.monotonic() - self._last_status >= self.status_interval:
                 with self._lock:
                     self._send_status_locked()
@@ -360,20 +368,26 @@ class ReplicationStream:
                     if self._io is io:  # never touch a PGconn that close() already freed
                         io.consume_input()
                 continue
-            kind = data[0]
-            if kind == 0x77:  # 'w' XLogData
-                data_start, wal_end, send_time = _XLOG_HEADER.unpack_from(data, 1)
-                payload = data[_XLOG_PAYLOAD:]
-                self._track(data_start, payload)
-                return RawMessage(data_start, wal_end, send_time, payload)
-            if kind == 0x6B:  # 'k' primary keepalive
-                keepalive = PrimaryKeepalive.decode(data)
-                with self._lock:
-                    self._on_keepalive(keepalive.wal_end)
-                    if keepalive.reply_requested:
-                        self._send_status_locked()
-                continue
-            raise ReplicationError(f"unexpected replication frame kind 0x{kind:02X} on slot {self.slot!r}")
+            item = self._frame(data)
+            if item is not None:
+                return item
+
+    def _frame(self, data: bytes) -> RawMessage | None:
+        """One frame read: an XLogData's message, or None once a keepalive is handled."""
+        kind = data[0]
+        if kind == 0x77:  # 'w' XLogData
+            data_start, wal_end, send_time = _XLOG_HEADER.unpack_from(data, 1)
+            payload = data[_XLOG_PAYLOAD:]
+            self._track(data_start, payload)
+            return RawMessage(data_start, wal_end, send_time, payload)
+        if kind == 0x6B:  # 'k' primary keepalive
+            keepalive = PrimaryKeepalive.decode(data)
+            with self._lock:
+                self._on_keepalive(keepalive.wal_end)
+                if keepalive.reply_requested:
+                    self._send_status_locked()
+            return None
+        raise ReplicationError(f"unexpected replication frame kind 0x{kind:02X} on slot {self.slot!r}")
 
     def _track(self, data_start: int, payload: bytes) -> None:
         """Bookkeeping for the idle-confirm test: one comparison and one kind-byte look-up."""
