@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
-from common import log, pct, recvlogical  # bench/common.py, beside this script
+from common import CpuMeter, cpu_line, log, pct, recvlogical  # bench/common.py, beside this script
 from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
@@ -136,10 +136,11 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     lines = []
     for name, (slot, target, module) in paths.items():
         if module is not None:
-            seconds = _run_once_timed(spark, dsn, slot, target)
+            seconds, cpu = _run_once_timed(spark, dsn, slot, target)
         else:
             log("bulk: walspark run --once on the pure-Python path (a child process)")
-            seconds = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp})["seconds"]
+            figures = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp})
+            seconds, cpu = figures["seconds"], figures["cpu"]
         landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
         if landed != rows:
             raise SystemExit(f"bulk ({name}): Delta holds {landed:,} rows, expected {rows:,}")
@@ -147,14 +148,17 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
                        f"{txns} transactions; {landed:,} rows checked"))  # fmt: skip
         lines.append(f"bulk, {name}: decoding the same messages took {decoded[name]:.2f} s of CPU"
                      f" (ChangeRowBuilder, one process) = {decoded[name] / seconds:.1%} of the run's wall time")
+        lines.append(f"bulk, {name}: {cpu} (PostgreSQL: the walsender and backends; Python workers: the tasks"
+                     " and the source's process, where the stager runs; the driver: planning, applying)")  # fmt: skip
     return out, lines
 
 
-def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str) -> float:
-    """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog."""
-    started = time.perf_counter()
+def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str) -> tuple[float, str]:
+    """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog, and
+    where the CPU went meanwhile."""
+    started, meter = time.perf_counter(), CpuMeter().start()
     pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
-    return time.perf_counter() - started
+    return time.perf_counter() - started, cpu_line(meter.stop())
 
 
 def pure_child(task: dict) -> None:  # type: ignore[type-arg]
@@ -165,7 +169,8 @@ def pure_child(task: dict) -> None:  # type: ignore[type-arg]
 
     spark = spark_session("walspark-bench-e2e-pure")
     warm_up(spark, task["dsn"], task["tmp"], name="warm_pure")
-    report(task, {"seconds": _run_once_timed(spark, task["dsn"], task["slot"], task["target"])})
+    seconds, cpu = _run_once_timed(spark, task["dsn"], task["slot"], task["target"])
+    report(task, {"seconds": seconds, "cpu": cpu})
     spark.stop()
 
 

@@ -16,8 +16,8 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
 
 Spark's one-off start-up (JVM, Delta's first use) is paid by a warm-up snapshot of a tiny table
 (several tasks, so every Python worker is started) before the timed run, since a long-running
-pipeline pays it once. Prints a table with rows/s,
-task count and the ratios.
+pipeline pays it once. Prints a table with rows/s, task count and the ratios, then where each
+step's CPU went: PostgreSQL's backends, Spark's JVM, its Python workers, the driver.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Any
 
+from common import CpuMeter, cpu_line  # bench/common.py, beside this script
 from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
@@ -64,15 +65,18 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     spark = spark_session(f"walspark-bench-snapshot-{name}", master=master)
     # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
     run_snapshot(spark, dsn, "warmup", f"warmup_{name}", os.path.join(tmp, f"warm_{name}"), partition_pages=4)
-    started = time.monotonic()
+    started, meter = time.monotonic(), CpuMeter().start()
     result = run_snapshot(spark, dsn, "pub", f"bench_{name}", os.path.join(tmp, name), partition_rows=partition_rows)
-    snapshot = time.monotonic() - started
+    snapshot, snapshot_cpu = time.monotonic() - started, meter.stop()
     [table] = result.tables
     assert table.rows == rows, (table.rows, rows)
+    meter.start()
     read = read_only(spark, dsn, partition_rows)
+    read_cpu = meter.stop()
     parallelism = spark.sparkContext.defaultParallelism  # walspark's session sets 8; local[*] runs a task per core
     spark.stop()
-    return {"snapshot": snapshot, "read": read, "tasks": table.tasks, "parallelism": parallelism}
+    return {"snapshot": snapshot, "read": read, "tasks": table.tasks, "parallelism": parallelism,
+            "cpu": {"snapshot": cpu_line(snapshot_cpu), "read only": cpu_line(read_cpu)}}
 
 
 def pg_dump(pg: Any, dsn: str) -> float:
@@ -119,12 +123,12 @@ def main() -> None:
             pages = conn.execute("SELECT pg_relation_size('big') / 8192").fetchone()[0]
 
             # 1. single-stream COPY (table is now in the OS cache / shared buffers for all runs)
-            started = time.monotonic()
+            started, meter = time.monotonic(), CpuMeter().start()
             nbytes = 0
             with conn.cursor() as cur, cur.copy("COPY big TO STDOUT (FORMAT binary)") as copy:
                 for chunk in copy:
                     nbytes += len(chunk)
-            copy_seconds = time.monotonic() - started
+            copy_seconds, copy_cpu = time.monotonic() - started, cpu_line(meter.stop())
         dump_seconds = pg_dump(pg, dsn)
         runs = {path_name(): walspark_figures(dsn, tmp, "here", args.rows, partition_rows, args.master)}
         if not args.no_pure and path_name() != "pure Python":
@@ -153,6 +157,12 @@ def main() -> None:
              figures["snapshot"])  # fmt: skip
         line("walspark parallel read only (decode, `noop` sink)", path, figures["tasks"], figures["read"])
     print(f"(COPY read {nbytes / 1e6:,.0f} MB)")
+    print()
+    print("Where the CPU went (PostgreSQL: the server's backends; the driver: the process that ran the step):")
+    print(f"- single-stream COPY: {copy_cpu}")
+    for path, figures in runs.items():
+        for step, text in figures["cpu"].items():
+            print(f"- walspark {step}, {path}: {text}")
 
 
 if __name__ == "__main__":
