@@ -13,6 +13,8 @@ from typing import Any
 
 from psycopg import sql
 
+from walspark.values import TYPE_CATALOG_QUERY, UserTypes
+
 from .connect import error_from_exception
 from .publications import publication_list
 
@@ -22,6 +24,7 @@ __all__ = [
     "PublishedTable",
     "memberships",
     "published_tables",
+    "user_types",
 ]
 
 
@@ -246,6 +249,14 @@ def memberships(conn: Any, publications: str | Iterable[str], oids: Iterable[int
         what="cannot read the publications' membership rows",
     )
     return {int(oid): tuple(sig or ()) for oid, sig in rows}
+
+
+def user_types(conn: Any) -> UserTypes:
+    """The database's user types (enums, domains, composites, ranges, extension base types), as
+    :data:`walspark.values.TYPE_CATALOG_QUERY` rows: the snapshot and the stream type every column
+    from the same rows (docs/design/values.md)."""
+    rows = _run(conn, sql.SQL(TYPE_CATALOG_QUERY), what="cannot read the user types")
+    return tuple((*r[:9], tuple(tuple(f) for f in r[9]) if r[9] else None) for r in rows)
 
 
 def _run(conn: Any, query: sql.Composable, params: Any = None, *, what: str) -> list[tuple[Any, ...]]:

@@ -23,7 +23,7 @@ from .arrow import (
     to_arrow_array,
     unchanged_columns_array,
 )
-from .catalog import TYPE_CATALOG_QUERY, register_catalog_rows
+from .catalog import TYPE_CATALOG_QUERY, UserTypes, register_catalog_rows, registry_of
 from .codecs import UNCHANGED_TOAST, Codec
 from .datetimes import PgDate, PgTime, PgTimestamp
 from .errors import ValueConversionError
@@ -50,6 +50,7 @@ __all__ = [
     "Range",
     "TypeRegistry",
     "UnknownTypeWarning",
+    "UserTypes",
     "ValueConversionError",
     "arrow_field",
     "arrow_schema",
@@ -61,6 +62,7 @@ __all__ = [
     "format_array",
     "oids",
     "register_catalog_rows",
+    "registry_of",
     "spark_schema",
     "spark_type",
     "to_arrow_array",

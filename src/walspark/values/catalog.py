@@ -14,7 +14,11 @@ from typing import Any
 from . import oids
 from .registry import TypeRegistry
 
-__all__ = ["TEXT_LIKE_EXTENSION_TYPES", "TYPE_CATALOG_QUERY", "register_catalog_rows"]
+__all__ = ["TEXT_LIKE_EXTENSION_TYPES", "TYPE_CATALOG_QUERY", "UserTypes", "register_catalog_rows", "registry_of"]
+
+#: The rows of :data:`TYPE_CATALOG_QUERY` as plain tuples: what the snapshot's and the stream's
+#: tasks receive (picklable, JSON-ready), so both resolve every column through the same registry.
+UserTypes = tuple[tuple[Any, ...], ...]
 
 #: One row per user-defined type (OID >= 16384): enums, domains, composites, ranges and
 #: base types from extensions. Columns, in order: oid, namespace, name, typtype, typarray,
@@ -41,7 +45,8 @@ def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
     """Register every type in the rows of :data:`TYPE_CATALOG_QUERY`; returns the count.
 
     Other extension base types (PostGIS, hstore, ...) are only named, so that the
-    unknown-type warning says which type it is; they keep the unknown-type fallback.
+    unknown-type warning says which type it is; they keep the unknown-type fallback, and their
+    arrays are arrays of it (as pgoutput's text form and the stream's registry have them).
     """
     count = 0
     for oid, nsp, name, typtype, arr, base, typmod, subtype, multi, fields in rows:
@@ -58,7 +63,17 @@ def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
             registry.register_range(oid, subtype, full, multirange_oid=multi or None, array_oid=arr)
         elif typtype == "b" and name in TEXT_LIKE_EXTENSION_TYPES:
             registry.register_domain(oid, oids.TEXT, full, array_oid=arr)
+        elif typtype == "b" and arr:
+            registry.register_array(arr, oid, "_" + full)
+            continue
         else:
             continue
         count += 1
     return count
+
+
+def registry_of(rows: Iterable[Any]) -> TypeRegistry:
+    """A new registry holding the user types of these :data:`TYPE_CATALOG_QUERY` rows."""
+    registry = TypeRegistry()
+    register_catalog_rows(registry, rows)
+    return registry

@@ -479,14 +479,27 @@ class TypeRegistry:
             return entry.name  # type: ignore[attr-defined]
         return BUILTIN_TYPE_NAMES.get(oid) or self._names.get(oid) or f"oid {oid}"
 
-    def is_known(self, oid: int) -> bool:
-        return (
-            oid in self._user
-            or oid in _BUILTINS
-            or oid in oids.ELEMENT_OF
-            or oid in oids.RANGE_SUBTYPE
-            or oid in oids.MULTIRANGE_RANGE
-        )
+    def is_known(self, oid: int, _depth: int = 0) -> bool:
+        """Whether every part of the type has a codec: an array, domain, composite or range of an
+        unknown type is not known (its binary form holds the unknown one's)."""
+        entry = self._user.get(oid)
+        if entry is None:
+            return (
+                oid in _BUILTINS or oid in oids.ELEMENT_OF or oid in oids.RANGE_SUBTYPE or oid in oids.MULTIRANGE_RANGE
+            )
+        if _depth > 32:
+            return False
+        if isinstance(entry, _Array):
+            return self.is_known(entry.element_oid, _depth + 1)
+        if isinstance(entry, _Domain):
+            return self.is_known(entry.base_oid, _depth + 1)
+        if isinstance(entry, _Composite):
+            return all(self.is_known(t, _depth + 1) for _, t, _ in entry.fields)
+        if isinstance(entry, _Range):
+            return self.is_known(entry.subtype_oid, _depth + 1)
+        if isinstance(entry, _Multirange):
+            return self.is_known(entry.range_oid, _depth + 1)
+        return True
 
     def resolve(
         self, oid: int, typmod: int = -1, options: ColumnOptions = DEFAULT_OPTIONS, *, binary: bool = False

@@ -9,17 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from walspark.source.catalog import published_tables
-from walspark.spark.datasource.schema import (
-    OutputLayout,
-    TableShape,
-    TypeRegistration,
-    apply_registrations,
-    catalog_registrations,
-)
+from walspark.source.catalog import published_tables, user_types
+from walspark.spark.datasource.schema import OutputLayout, TableShape
 from walspark.spark.datasource.shapes import merge_recorded
 from walspark.staging.barrier import recorded_shapes
-from walspark.values import TypeRegistry, spark_schema
+from walspark.values import UserTypes, registry_of, spark_schema
 
 if TYPE_CHECKING:
     from walspark.storage import Location
@@ -35,8 +29,8 @@ def catalog_layout(
     binary: bool = False,
     staging_path: str | Location | None = None,
     slot: str | None = None,
-) -> tuple[OutputLayout, tuple[TypeRegistration, ...]]:
-    """The output layout of a live slot's publications, and the user types its tasks must register.
+) -> tuple[OutputLayout, UserTypes]:
+    """The output layout of a live slot's publications, and the user types its tasks register.
 
     With ``staging_path``, each table also holds the shapes a previous query of that staging
     directory recorded when the stream did not fit its schema (:mod:`.shapes`), except those of
@@ -49,10 +43,8 @@ def catalog_layout(
         raise ValueError(f"publication(s) {', '.join(map(repr, missing))} do not exist in the slot's database")
     shapes = [TableShape.from_published(t) for t in published_tables(conn, publications)]
     recorded = recorded_shapes(staging_path, after_lsn=_confirmed_lsn(conn, slot)) if staging_path else {}
-    oids = {oid for s in shapes for _, oid, _ in s.columns}
-    oids |= {oid for found in recorded.values() for shape in found for _, oid, _ in shape}
-    registrations = catalog_registrations(conn, oids)
-    registry = apply_registrations(TypeRegistry(), registrations)
+    types = user_types(conn)
+    registry = registry_of(types)
     tables = {s.qualified_name: s.struct(registry, binary=binary) for s in shapes}
     names = {s.qualified_name: (s.schema, s.table) for s in shapes}
     for name, found in recorded.items():
@@ -60,7 +52,7 @@ def catalog_layout(
         tables[name] = merge_recorded(
             name, tables.get(name), [spark_schema(list(shape), registry, binary=binary) for shape in found], history
         )
-    return OutputLayout.build(tables, table), registrations
+    return OutputLayout.build(tables, table), types
 
 
 def _attnum_history(conn: Any, schema: str, table: str) -> dict[int, str | None]:

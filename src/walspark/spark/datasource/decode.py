@@ -17,10 +17,9 @@ from walspark.changes.rows import ChangeRowBuilder, TransactionFacts
 from walspark.protocol import Relation, Type, decode_message
 from walspark.protocol.decoder import relation_ids
 from walspark.spark.datasource.output import OutputShaper, Piece
-from walspark.spark.datasource.schema import TypeRegistration, apply_registrations
 from walspark.staging.segments import PRELUDE, read_segment
 from walspark.storage import StorageSettings, location
-from walspark.values import TypeRegistry
+from walspark.values import UserTypes, registry_of
 
 __all__ = ["DecodeConfig", "TaskDecoder", "decode_segments"]
 
@@ -33,12 +32,13 @@ DEFAULT_CHUNK_ROWS = 32_768
 
 @dataclass(frozen=True, slots=True)
 class DecodeConfig:
-    """How a part of a stream was produced, and the user types to decode it with (picklable)."""
+    """How a part of a stream was produced, and the user types to decode it with (picklable: the
+    catalog's rows, :func:`walspark.source.catalog.user_types`)."""
 
     protocol_version: int
     streaming_parallel: bool | None = False  # None: options unknown, Stream Abort's layout by its length
     binary: bool = False
-    registrations: tuple[TypeRegistration, ...] = field(default=())
+    types: UserTypes = field(default=())
 
 
 class TaskDecoder:
@@ -48,7 +48,7 @@ class TaskDecoder:
         self, config: DecodeConfig, schema: StructType, table: str | None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
     ) -> None:
         self.config = config
-        self.registry = apply_registrations(TypeRegistry(), config.registrations)
+        self.registry = registry_of(config.types)
         self.relations = RelationCache()
         self.builder = ChangeRowBuilder(
             config.protocol_version, relations=self.relations, registry=self.registry, binary=config.binary

@@ -296,11 +296,9 @@ class PeekReader(DataSourceReader):
         assert options.dsn and options.slot
         with psycopg.connect(options.dsn, autocommit=True) as conn:
             resolved = options.stream_options().resolve(conn.info.server_version)
-            _, registrations = catalog_layout(conn, options.publications, options.table, binary=options.binary)
+            _, types = catalog_layout(conn, options.publications, options.table, binary=options.binary)
             (upto,) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()  # type: ignore[misc]  # one row
-        config = DecodeConfig(
-            resolved.proto_version, resolved.streaming_parallel, resolved.binary, tuple(registrations)
-        )
+        config = DecodeConfig(resolved.proto_version, resolved.streaming_parallel, resolved.binary, types)
         return [PeekPartition(options.dsn, options.slot, tuple(resolved.plugin_options()), parse_lsn(upto), config)]
 
     def read(self, partition: PeekPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]

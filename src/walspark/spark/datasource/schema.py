@@ -7,7 +7,7 @@ back from the Spark schema itself (:meth:`OutputLayout.from_schema`); the tables
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +32,7 @@ __all__ = [
     "OutputLayout",
     "SchemaChangedError",
     "TableShape",
-    "TypeRegistration",
-    "apply_registrations",
-    "catalog_registrations",
     "check_relation",
-    "declared_type_oids",
     "is_schema_change",
     "merge_structs",
     "parse_table_name",
@@ -318,84 +314,6 @@ def check_relation(
 # --------------------------------------------------------------------------- catalog
 
 
-@dataclass(frozen=True, slots=True)
-class TypeRegistration:
-    """One user type to register on a :class:`TypeRegistry`; picklable, so tasks get the same codecs."""
-
-    kind: str  # enum, domain, composite, range, array
-    oid: int
-    name: str
-    base_oid: int = 0  # domain base, range subtype, array element
-    base_typmod: int = -1
-    fields: tuple[tuple[str, int, int], ...] = ()
-
-
-def apply_registrations(registry: TypeRegistry, registrations: Iterable[TypeRegistration]) -> TypeRegistry:
-    for r in registrations:
-        if r.kind == "enum":
-            registry.register_enum(r.oid, r.name)
-        elif r.kind == "domain":
-            registry.register_domain(r.oid, r.base_oid, r.name, base_typmod=r.base_typmod)
-        elif r.kind == "composite":
-            registry.register_composite(r.oid, r.name, r.fields)
-        elif r.kind == "range":
-            registry.register_range(r.oid, r.base_oid, r.name)
-        elif r.kind == "array":
-            registry.register_array(r.oid, r.base_oid, r.name)
-    return registry
-
-
-def catalog_registrations(conn: Any, type_oids: Iterable[int]) -> tuple[TypeRegistration, ...]:
-    """User types (enums, domains, composites, ranges, arrays of them) behind ``type_oids``, from the catalog.
-
-    Built-in types need nothing; anything the catalog cannot explain is left to the values
-    layer's unknown-type fallback (text), which warns once.
-    """
-    probe = TypeRegistry()
-    todo = {int(o) for o in type_oids if not probe.is_known(int(o))}
-    seen: set[int] = set()
-    out: list[TypeRegistration] = []
-    while todo:
-        batch = sorted(todo - seen)
-        todo.clear()
-        if not batch:
-            break
-        seen.update(batch)
-        rows = conn.execute(
-            "SELECT t.oid::int8, t.typname::text, n.nspname::text, t.typtype::text, t.typbasetype::int8,"
-            " t.typtypmod, t.typrelid::int8, t.typelem::int8, t.typcategory::text,"
-            " (SELECT r.rngsubtype::int8 FROM pg_range r WHERE r.rngtypid = t.oid)"
-            " FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = ANY(%s)",
-            (batch,),
-        ).fetchall()
-        for oid, typname, nspname, typtype, base, typmod, relid, elem, category, subtype in rows:
-            name = typname if nspname in ("public", "pg_catalog") else f"{nspname}.{typname}"
-            more: list[int] = []
-            if category == "A" and elem:
-                out.append(TypeRegistration("array", oid, name, base_oid=elem))
-                more.append(elem)
-            elif typtype == "e":
-                out.append(TypeRegistration("enum", oid, name))
-            elif typtype == "d":
-                out.append(TypeRegistration("domain", oid, name, base_oid=base, base_typmod=typmod))
-                more.append(base)
-            elif typtype == "c":
-                fields = conn.execute(
-                    "SELECT attname::text, atttypid::int8, atttypmod FROM pg_attribute"
-                    " WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                    (relid,),
-                ).fetchall()
-                out.append(
-                    TypeRegistration("composite", oid, name, fields=tuple((f, int(t), int(m)) for f, t, m in fields))
-                )
-                more.extend(int(t) for _, t, _ in fields)
-            elif typtype == "r" and subtype:
-                out.append(TypeRegistration("range", oid, name, base_oid=subtype))
-                more.append(subtype)
-            todo.update(o for o in more if not probe.is_known(o) and o not in seen)
-    return tuple(out)
-
-
 def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
     """One struct holding every shape a table had (columns in order of first appearance).
 
@@ -416,15 +334,3 @@ def merge_structs(name: str, structs: Sequence[T.StructType]) -> T.StructType:
                     f"{_plain(f.dataType)} within the stream; read the parts before and after apart"
                 )
     return T.StructType(list(merged.values()))
-
-
-def declared_type_oids(schema: T.StructType) -> set[int]:
-    """The PostgreSQL type OIDs a declared schema names in its field metadata (``pg.type_oid``)."""
-    out: set[int] = set()
-    for f in schema.fields:
-        oid = (f.metadata or {}).get("pg.type_oid")
-        if oid is not None:
-            out.add(int(oid))
-        if isinstance(f.dataType, T.StructType):
-            out |= declared_type_oids(f.dataType)
-    return out

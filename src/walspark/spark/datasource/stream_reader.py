@@ -22,21 +22,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from walspark.protocol import parse_lsn
-from walspark.source.catalog import published_tables
+from walspark.source.catalog import user_types
 from walspark.spark.datasource.decode import DecodeConfig, TaskDecoder, decode_segments
 from walspark.spark.datasource.options import SourceOptions
 from walspark.spark.datasource.schema import (
     OutputLayout,
     SchemaChangedError,
-    TypeRegistration,
-    apply_registrations,
-    catalog_registrations,
-    declared_type_oids,
 )
 from walspark.staging.offsets import from_offset, plan_end, to_offset
 from walspark.staging.stager import Stager
 from walspark.storage import Location, location
-from walspark.values import TypeRegistry
+from walspark.values import UserTypes, registry_of
 
 __all__ = ["PgoutputStreamReader", "SegmentPartition"]
 
@@ -57,7 +53,7 @@ class SegmentPartition(InputPartition):
     paths: tuple[str, ...]
     start: int
     end: int
-    registrations: tuple[TypeRegistration, ...] = ()
+    types: UserTypes = ()
 
 
 def group_segments(
@@ -90,7 +86,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self._stager: Stager | None = None
-        self._registrations: tuple[TypeRegistration, ...] = ()
+        self._types: UserTypes = ()
         self._target: int | None = None
 
     # ------------------------------------------------------------------ driver side
@@ -105,10 +101,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._stager is None:
             o = self.options
             with self._connect() as conn:
-                tables = published_tables(conn, o.publications)
-                # the declared schema may hold stream shapes the catalog no longer has (see .shapes)
-                oids = {c.type_oid for t in tables for c in t.columns} | declared_type_oids(self.schema)
-                self._registrations = catalog_registrations(conn, oids)
+                self._types = user_types(conn)
             staging = o.staging_location()
             assert o.dsn and o.slot and staging is not None
             self._stager = Stager(
@@ -117,7 +110,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 stream_options=o.stream_options(),
                 directory=staging,
                 layout=OutputLayout.from_schema(self.schema, o.table),
-                registry=apply_registrations(TypeRegistry(), self._registrations),
+                registry=registry_of(self._types),
                 segment_max_rows=o.segment_max_rows,
                 segment_max_bytes=o.segment_max_bytes,
                 segment_max_delay=o.segment_max_delay_ms / 1000,
@@ -195,7 +188,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stager.offered(finish)  # a replay after a restart: staging must not pause before `finish`
         stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
         segments = [s.path for s in stager.segments_for(begin, finish)]
-        return [SegmentPartition(group, begin, finish, self._registrations) for group in group_segments(segments)]
+        return [SegmentPartition(group, begin, finish, self._types) for group in group_segments(segments)]
 
     def commit(self, end: dict) -> None:
         self._live().commit(from_offset(end))
@@ -221,9 +214,7 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         o = self.options
 
         def make(config: DecodeConfig) -> TaskDecoder:
-            config = DecodeConfig(
-                config.protocol_version, config.streaming_parallel, config.binary, partition.registrations
-            )
+            config = DecodeConfig(config.protocol_version, config.streaming_parallel, config.binary, partition.types)
             return TaskDecoder(config, self.schema, o.table, chunk_rows=o.batch_rows)
 
         yield from decode_segments(partition.paths, partition.start, partition.end, make, o.storage)

@@ -249,11 +249,11 @@ def _count_rows(conn: Any, relations: Sequence[Relation], row_filter: str | None
 
 
 def _catalog_rows(conn: Any) -> list[list[Any]]:
-    """The user types (enums, domains, composites, ranges) as JSON-ready rows for the tasks."""
-    from walspark.values import TYPE_CATALOG_QUERY
+    """The user types (:func:`walspark.source.catalog.user_types`, the stream's too) as JSON-ready
+    rows for the tasks."""
+    from walspark.source.catalog import user_types
 
-    rows = conn.execute(TYPE_CATALOG_QUERY).fetchall()
-    return [[*r[:9], [list(f) for f in r[9]] if r[9] else None] for r in rows]
+    return [[*r[:9], [list(f) for f in r[9]] if r[9] else None] for r in user_types(conn)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -391,12 +391,9 @@ def fixed_width_array(raw: pa.BinaryArray, oid: int, arrow_type: pa.DataType) ->
 
 
 def _registry(plan: SnapshotSourcePlan) -> Any:
-    from walspark.values import TypeRegistry, register_catalog_rows
+    from walspark.values import registry_of
 
-    registry = TypeRegistry()
-    if plan.catalog:
-        register_catalog_rows(registry, plan.catalog)
-    return registry
+    return registry_of(plan.catalog)
 
 
 def source_schema(plan: SnapshotSourcePlan) -> pa.Schema:
