@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,12 +25,35 @@ SECRET = "Sekr3t-Pw-42"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def walspark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def walspark(*args: str, env: dict[str, str] | None = None,
+             preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real command in a fresh interpreter (this checkout's sources first on the path)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("WALSPARK_DEBUG", "WALSPARK_DSN")}
     environ.update({"PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), **(env or {})})
     return subprocess.run([sys.executable, "-m", "walspark.cli", *args], capture_output=True, text=True,
-                          env=environ, timeout=300, stdin=subprocess.DEVNULL)
+                          env=environ, timeout=300, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
+
+
+def unwritable_folder(folder: Path) -> Callable[[], None] | None:
+    """Make ``folder`` one the command's process may not write in; return what the process must run
+    first. Root writes anywhere (CAP_DAC_OVERRIDE), so there the folder goes to ``nobody`` and the
+    child drops that capability from its bounding set (Linux ``prctl``), as an ordinary user is."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return None
+    os.chown(folder, 65534, 65534)
+    folder.chmod(0o755)
+
+    def drop_dac_override() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    return drop_dac_override
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -220,6 +243,18 @@ def test_target_under_a_file(source: str, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("not a folder")
     args = _commands(source, tmp_path / "afile" / "lake")["run"]
     one_line_error(walspark(*args), "--target", str(tmp_path / "afile"), "is a file, not a folder")
+
+
+@pytest.mark.parametrize(("locked_one", "state_elsewhere"), [("--target", False), ("--target", True), ("--state", True)])
+def test_target_this_user_cannot_write(locked_one: str, state_elsewhere: bool, source: str, tmp_path: Path) -> None:
+    """A target, or a separate --state folder, in a folder this user may not write in: said before
+    Spark starts (not a PermissionError once the JVM is up), naming the option and the folder."""
+    locked = tmp_path / "locked"
+    preexec = unwritable_folder(locked)
+    target, state = (locked / "lake", tmp_path / "state") if locked_one == "--target" else (tmp_path / "lake", locked)
+    args = _commands(source, target)["run"] + (["--state", str(state / "st")] if state_elsewhere else [])
+    line = one_line_error(walspark(*args, preexec_fn=preexec), locked_one, f"cannot write in {locked}", "chmod")
+    assert "unexpected" not in line
 
 
 def test_target_in_a_bucket_that_does_not_exist(source: str, s3_endpoint, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
