@@ -289,6 +289,50 @@ def test_slot_read_by_another_consumer(source: str, tmp_path: Path) -> None:
     assert not (tmp_path / "_walspark").exists()
 
 
+def _pipeline_with_tables(target: Path) -> Path:
+    """A target as walspark run leaves it, without Spark: table sync states for ``public.t`` (ready)
+    and ``public.gone`` (it left the publication)."""
+    from walspark.spark.tablesync.state import LEFT, READY, SyncState, SyncStore
+    from walspark.storage import TargetLayout
+
+    SyncStore(TargetLayout(str(target))).put(SyncState("public", "t", READY), SyncState("public", "gone", LEFT))
+    return target
+
+
+def _requests(target: Path) -> list[Path]:
+    return list((target / "_walspark" / "tablesync" / "requests").glob("*.json"))
+
+
+def test_resnapshot_of_a_table_the_publication_does_not_publish(source: str, tmp_path: Path) -> None:
+    """With the run's --dsn and --publication, a table is checked against what the publication
+    publishes (walspark.source.catalog): a misspelt one is refused, not ignored by the next run."""
+    target = _pipeline_with_tables(tmp_path / "lake")
+    at_source = ["--dsn", source, "--publication", "pub"]
+    line = one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.nosuch", *at_source),
+                          "public.nosuch: not published by publication 'pub'", "(its tables: public.t)",
+                          "ALTER PUBLICATION pub ADD TABLE public.nosuch")  # fmt: skip
+    assert "unexpected" not in line
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "t", "--dsn", source,
+                            "--publication", "nopub"), "'nopub' does not exist", "CREATE PUBLICATION")  # fmt: skip
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "t", "--publication", "pub"),
+                   "--publication", "--dsn")  # fmt: skip
+    assert not _requests(target)
+    done = walspark("resnapshot", "--target", str(target), "--table", "t", *at_source)
+    assert done.returncode == 0 and "re-copy of public.t requested" in done.stderr, done.stderr
+    assert len(_requests(target)) == 1
+
+
+def test_resnapshot_of_a_table_the_pipeline_does_not_have(tmp_path: Path) -> None:
+    """Without a connection, from the pipeline's own state: a table it never had, or one that left
+    its publication, is refused in one line (the run would only ignore the request)."""
+    target = _pipeline_with_tables(tmp_path / "lake")
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.nosuch"),
+                   "public.nosuch: not a table of the pipeline writing", "(its tables: public.gone, public.t)")  # fmt: skip
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.gone"),
+                   "public.gone: left the publication", "ALTER PUBLICATION")  # fmt: skip
+    assert not _requests(target)
+
+
 # -- missing privileges ----------------------------------------------------------------------------
 
 
