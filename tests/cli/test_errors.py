@@ -284,7 +284,8 @@ def test_slot_read_by_another_consumer(source: str, tmp_path: Path) -> None:
         holder.read(0.5)
         began = time.monotonic()
         line = one_line_error(walspark(*_commands(source, tmp_path)["run"]), "s1", "in use by another consumer",
-                              f"PID {holder.backend_pid}", "pg_terminate_backend")
+                              f"PID {holder.backend_pid}", "pg_terminate_backend",
+                              "walspark status --slot s1")
         assert time.monotonic() - began < SLOT_FREE_SECONDS + 30, line  # the JVM never started
     assert not (tmp_path / "_walspark").exists()
 
