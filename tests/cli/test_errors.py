@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -25,12 +25,35 @@ SECRET = "Sekr3t-Pw-42"
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-def walspark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def walspark(*args: str, env: dict[str, str] | None = None,
+             preexec_fn: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real command in a fresh interpreter (this checkout's sources first on the path)."""
     environ = {k: v for k, v in os.environ.items() if k not in ("WALSPARK_DEBUG", "WALSPARK_DSN")}
     environ.update({"PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), **(env or {})})
     return subprocess.run([sys.executable, "-m", "walspark.cli", *args], capture_output=True, text=True,
-                          env=environ, timeout=300, stdin=subprocess.DEVNULL)
+                          env=environ, timeout=300, stdin=subprocess.DEVNULL, preexec_fn=preexec_fn)
+
+
+def unwritable_folder(folder: Path) -> Callable[[], None] | None:
+    """Make ``folder`` one the command's process may not write in; return what the process must run
+    first. Root writes anywhere (CAP_DAC_OVERRIDE), so there the folder goes to ``nobody`` and the
+    child drops that capability from its bounding set (Linux ``prctl``), as an ordinary user is."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return None
+    os.chown(folder, 65534, 65534)
+    folder.chmod(0o755)
+
+    def drop_dac_override() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    return drop_dac_override
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *expected: str) -> str:
@@ -143,8 +166,8 @@ def test_no_password_given(command: str, pw_pg: EmbeddedPostgres, tmp_path: Path
     home.mkdir()
     result = walspark(*_commands(pw_pg.dsn(user="pwuser"), tmp_path)[command],
                       env={"HOME": str(home), "PGPASSWORD": "", "PGPASSFILE": str(home / "none")})  # fmt: skip
-    line = one_line_error(result, "no password supplied", "PGPASSWORD", "~/.pgpass")
-    assert "host and port" not in line
+    line = one_line_error(result, "no password supplied", "PGPASSWORD", "~/.pgpass", "connection string")
+    assert "host and port" not in line and "***" not in line  # the advice itself is not masked
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -222,6 +245,18 @@ def test_target_under_a_file(source: str, tmp_path: Path) -> None:
     one_line_error(walspark(*args), "--target", str(tmp_path / "afile"), "is a file, not a folder")
 
 
+@pytest.mark.parametrize(("locked_one", "state_elsewhere"), [("--target", False), ("--target", True), ("--state", True)])
+def test_target_this_user_cannot_write(locked_one: str, state_elsewhere: bool, source: str, tmp_path: Path) -> None:
+    """A target, or a separate --state folder, in a folder this user may not write in: said before
+    Spark starts (not a PermissionError once the JVM is up), naming the option and the folder."""
+    locked = tmp_path / "locked"
+    preexec = unwritable_folder(locked)
+    target, state = (locked / "lake", tmp_path / "state") if locked_one == "--target" else (tmp_path / "lake", locked)
+    args = _commands(source, target)["run"] + (["--state", str(state / "st")] if state_elsewhere else [])
+    line = one_line_error(walspark(*args, preexec_fn=preexec), locked_one, f"cannot write in {locked}", "chmod")
+    assert "unexpected" not in line
+
+
 def test_target_in_a_bucket_that_does_not_exist(source: str, s3_endpoint, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     args = [a if a != str(tmp_path) else "s3a://no-such-bucket/lake" for a in _commands(source, tmp_path)["run"]]
     one_line_error(walspark(*args, env=s3_endpoint.env), "--target", "bucket 'no-such-bucket' does not exist",
@@ -249,9 +284,54 @@ def test_slot_read_by_another_consumer(source: str, tmp_path: Path) -> None:
         holder.read(0.5)
         began = time.monotonic()
         line = one_line_error(walspark(*_commands(source, tmp_path)["run"]), "s1", "in use by another consumer",
-                              f"PID {holder.backend_pid}", "pg_terminate_backend")
+                              f"PID {holder.backend_pid}", "pg_terminate_backend",
+                              "walspark status --slot s1")
         assert time.monotonic() - began < SLOT_FREE_SECONDS + 30, line  # the JVM never started
     assert not (tmp_path / "_walspark").exists()
+
+
+def _pipeline_with_tables(target: Path) -> Path:
+    """A target as walspark run leaves it, without Spark: table sync states for ``public.t`` (ready)
+    and ``public.gone`` (it left the publication)."""
+    from walspark.spark.tablesync.state import LEFT, READY, SyncState, SyncStore
+    from walspark.storage import TargetLayout
+
+    SyncStore(TargetLayout(str(target))).put(SyncState("public", "t", READY), SyncState("public", "gone", LEFT))
+    return target
+
+
+def _requests(target: Path) -> list[Path]:
+    return list((target / "_walspark" / "tablesync" / "requests").glob("*.json"))
+
+
+def test_resnapshot_of_a_table_the_publication_does_not_publish(source: str, tmp_path: Path) -> None:
+    """With the run's --dsn and --publication, a table is checked against what the publication
+    publishes (walspark.source.catalog): a misspelt one is refused, not ignored by the next run."""
+    target = _pipeline_with_tables(tmp_path / "lake")
+    at_source = ["--dsn", source, "--publication", "pub"]
+    line = one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.nosuch", *at_source),
+                          "public.nosuch: not published by publication 'pub'", "(its tables: public.t)",
+                          "ALTER PUBLICATION pub ADD TABLE public.nosuch")  # fmt: skip
+    assert "unexpected" not in line
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "t", "--dsn", source,
+                            "--publication", "nopub"), "'nopub' does not exist", "CREATE PUBLICATION")  # fmt: skip
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "t", "--publication", "pub"),
+                   "--publication", "--dsn")  # fmt: skip
+    assert not _requests(target)
+    done = walspark("resnapshot", "--target", str(target), "--table", "t", *at_source)
+    assert done.returncode == 0 and "re-copy of public.t requested" in done.stderr, done.stderr
+    assert len(_requests(target)) == 1
+
+
+def test_resnapshot_of_a_table_the_pipeline_does_not_have(tmp_path: Path) -> None:
+    """Without a connection, from the pipeline's own state: a table it never had, or one that left
+    its publication, is refused in one line (the run would only ignore the request)."""
+    target = _pipeline_with_tables(tmp_path / "lake")
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.nosuch"),
+                   "public.nosuch: not a table of the pipeline writing", "(its tables: public.gone, public.t)")  # fmt: skip
+    one_line_error(walspark("resnapshot", "--target", str(target), "--table", "public.gone"),
+                   "public.gone: left the publication", "ALTER PUBLICATION")  # fmt: skip
+    assert not _requests(target)
 
 
 # -- missing privileges ----------------------------------------------------------------------------

@@ -102,3 +102,12 @@ def test_property_round_trip_and_sql_string():
     assert parse_attnums(ids.to_json()) == ids
     assert parse_attnums(None) == ColumnIds({}, {}) and parse_attnums("not json") == ColumnIds({}, {})
     assert sql_string("it's \\u00e9") == "'it\\'s \\\\u00e9'"
+
+
+def test_recopy_advice_names_the_real_target_and_table():
+    """A retyped table's error says what to type, with this target and table: no placeholder left."""
+    from walspark.spark.lake.evolution import TargetTable
+
+    advice = TargetTable(None, "/data/lake/public/orders", "public.orders").recopy_advice()  # type: ignore[arg-type]
+    assert "`walspark resnapshot --target /data/lake --table public.orders`" in advice, advice
+    assert "<" not in advice and ">" not in advice, advice

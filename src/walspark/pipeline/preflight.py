@@ -41,7 +41,8 @@ def check_settings(settings: RunSettings) -> None:
 def preflight(settings: RunSettings) -> None:
     """Everything about the source and the options that can fail without Spark, checked first.
 
-    Names, the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
+    Names, the target (and ``--state``) folder — one this user can make and write in, or an
+    object store's bucket that exists — then the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
     the publication, a slot no other consumer reads, and — when this run will take the initial
     snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
     otherwise silently keep a mirror). Raises the :mod:`walspark.source.errors` class that says
@@ -49,12 +50,15 @@ def preflight(settings: RunSettings) -> None:
     """
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record
-    from walspark.storage import StorageSettings
+    from walspark.storage import StorageSettings, location
 
     check_settings(settings)
     storage = StorageSettings.resolve(settings.conf)  # Spark may not be up yet
-    check_target(settings.layout.home_location(storage), "--state" if settings.state else "--target")
-    record = read_record(settings.layout, storage)
+    layout = settings.layout
+    check_target(location(layout.target, storage), "--target")
+    if settings.state:  # walspark's own files (checkpoint, staging, state) elsewhere: that folder too
+        check_target(layout.home_location(storage), "--state")
+    record = read_record(layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
     check = check_source(
         settings.dsn, publications=[settings.publication], slot=settings.slot, slot_free_within=SLOT_FREE_SECONDS

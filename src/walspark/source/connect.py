@@ -82,8 +82,8 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
     if "no password supplied" in low:  # libpq, before the server could say more
         return make(
             AuthenticationFailed,
-            "the server asks for a password and none was given: put password=... in "
-            "the connection string, or set PGPASSWORD, or add a ~/.pgpass entry",
+            "the server asks for a password and none was given: set PGPASSWORD, add a line to ~/.pgpass, "
+            "or add the password to the connection string (its password key, or user:password@ in a URI)",
         )
     if (
         state in ("28P01", "28000")

@@ -85,9 +85,10 @@ def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
     if current is not None and current.active:
         pid = current.active_pid
         raise SlotInUse(
-            f"replication slot {info.slot_name!r} is in use by another consumer (walsender PID {pid}): "
-            "a slot serves one reader at a time, and another walspark run or subscriber reads it; "
-            f"stop that one (SELECT pg_terminate_backend({pid}) ends its connection) or choose another --slot"
+            f"replication slot {info.slot_name!r} is in use by another consumer (walsender PID {pid}) after "
+            f"{seconds:g} s: a slot serves one reader at a time, and another walspark run or subscriber reads it; "
+            f"wait for that one to end or stop it (SELECT pg_terminate_backend({pid}) ends its connection; "
+            f"`walspark status --slot {info.slot_name}` shows the slot), or choose another --slot"
         )
 
 

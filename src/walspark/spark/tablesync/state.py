@@ -159,22 +159,44 @@ class UnknownTable(ValueError):
     """A table asked to be copied again is not one of the pipeline's."""
 
 
-def request_resnapshot(layout: TargetLayout, tables: Iterable[Table]) -> Location:
+def _names(tables: Iterable[Table]) -> str:
+    return ", ".join(f"{s}.{t}" for s, t in tables)
+
+
+def request_resnapshot(
+    layout: TargetLayout, tables: Iterable[Table], published: Iterable[Table] | None = None, publication: str = ""
+) -> Location:
     """Ask the pipeline writing ``layout`` to re-copy ``tables`` (durably; a running ``walspark run``
     picks it up within its check interval, otherwise the next one does). A write-once object with
     a unique name: no two requests can overwrite each other, on any store.
 
-    Each table must be one the pipeline knows (its table sync's state, or a Delta table under
-    ``target``), else :class:`UnknownTable`: a misspelt name would only be ignored later."""
+    A request the run would only ignore is :class:`UnknownTable`: with ``published`` (the tables
+    ``publication`` publishes, from the source), a table not among them; without, a table the
+    pipeline does not know (neither its table sync's state nor a Delta table under ``target``) or
+    one that left the publication."""
     store = SyncStore(layout)
     tables = list(tables)
-    known = {(s.schema, s.table) for s in store.all()}
-    unknown = [t for t in tables if t not in known and not is_delta_table(layout.table(*t))]
-    if unknown:
-        names = ", ".join(f"{s}.{t}" for s, t in unknown)
-        have = ", ".join(sorted(f"{s}.{t}" for s, t in known)[:20]) or "none recorded yet"
-        raise UnknownTable(f"{names}: not a table of the pipeline writing {layout.target} (its tables: {have}); "
-                           "a table added to the publication is copied when the pipeline sees it")  # fmt: skip
+    states = {(s.schema, s.table): s for s in store.all()}
+    if published is not None:
+        have = {tuple(t) for t in published}
+        unknown = [t for t in tables if t not in have]
+        if unknown:
+            their = ", ".join(sorted(f"{s}.{t}" for s, t in have)[:20]) or "none"
+            raise UnknownTable(f"{_names(unknown)}: not published by publication {publication!r} (its tables: "
+                               f"{their}); check the name, or publish the table (ALTER PUBLICATION {publication} ADD TABLE "
+                               f"{_names(unknown[:1])}), which copies it")  # fmt: skip
+    else:
+        left = [t for t in tables if t in states and states[t].state == LEFT]
+        if left:
+            raise UnknownTable(f"{_names(left)}: left the publication, so the pipeline no longer copies it (its "
+                               "Delta table is kept as it was); add it again (ALTER PUBLICATION ... ADD TABLE), "
+                               "which re-copies it")  # fmt: skip
+        unknown = [t for t in tables if t not in states and not is_delta_table(layout.table(*t))]
+        if unknown:
+            have_ = ", ".join(sorted(f"{s}.{t}" for s, t in states)[:20]) or "none recorded yet"
+            raise UnknownTable(f"{_names(unknown)}: not a table of the pipeline writing {layout.target} (its "
+                               f"tables: {have_}); a table added to the publication is copied when the pipeline "
+                               "sees it")  # fmt: skip
     path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
     path.write_json({"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()})
     return path
