@@ -10,6 +10,7 @@ reproduce the server's canonical text from the binary form.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -301,3 +302,19 @@ def test_unknown_extension_type_falls_back(conn: Any) -> None:
     (t, b), = rows
     assert text_codec.arrow_from_text([t]).to_pylist() == [t.decode()]
     assert binary_codec.arrow_from_binary([b]).to_pylist() == [b]
+
+
+def test_extension_types_the_catalog_names_are_text_without_a_warning(conn: Any) -> None:
+    conn.execute("CREATE EXTENSION IF NOT EXISTS hstore")
+    conn.execute("CREATE TABLE hx (i int, v hstore)")
+    conn.execute("""INSERT INTO hx VALUES (1, 'a=>1, "b c"=>NULL')""")
+    oid, typmod, rows = _raw_rows(conn, "hx")
+    reg = TypeRegistry()
+    register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall())
+    assert not reg.is_known(oid), "kept as its text: the snapshot copies it in text"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownTypeWarning)
+        codec = reg.resolve(oid, typmod)
+    (t, _), = rows
+    assert codec.arrow_from_text([t]).to_pylist() == [t.decode()]
+    assert reg.type_name(oid) == "public.hstore"

@@ -44,9 +44,9 @@ TEXT_LIKE_EXTENSION_TYPES = frozenset({"citext"})
 def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
     """Register every type in the rows of :data:`TYPE_CATALOG_QUERY`; returns the count.
 
-    Other extension base types (PostGIS, hstore, ...) are only named, so that the
-    unknown-type warning says which type it is; they keep the unknown-type fallback, and their
-    arrays are arrays of it (as pgoutput's text form and the stream's registry have them).
+    Other extension base types (PostGIS, hstore, ...) keep the unknown-type fallback (their text),
+    named and without its warning, since the catalog says what they are; their arrays are arrays
+    of it, as pgoutput's text form has them.
     """
     count = 0
     for oid, nsp, name, typtype, arr, base, typmod, subtype, multi, fields in rows:
@@ -63,8 +63,10 @@ def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
             registry.register_range(oid, subtype, full, multirange_oid=multi or None, array_oid=arr)
         elif typtype == "b" and name in TEXT_LIKE_EXTENSION_TYPES:
             registry.register_domain(oid, oids.TEXT, full, array_oid=arr)
-        elif typtype == "b" and arr:
-            registry.register_array(arr, oid, "_" + full)
+        elif typtype == "b":
+            registry.register_opaque(oid)
+            if arr:
+                registry.register_array(arr, oid, "_" + full)
             continue
         else:
             continue

@@ -421,6 +421,7 @@ class TypeRegistry:
         self._names: dict[int, str] = {}
         self._cache: dict[tuple[int, int, ColumnOptions, bool], Codec] = {}
         self._warned: set[int] = set()
+        self._opaque: set[int] = set()  # extension types the catalog names: text, without a warning
 
     # -- registration ------------------------------------------------------------------
     def _register(self, oid: int, entry: object, array_oid: int | None) -> None:
@@ -467,6 +468,12 @@ class TypeRegistry:
         self._register(oid, entry, array_oid)
         if multirange_oid:
             self._register(multirange_oid, _Multirange(entry.name.replace("range", "multirange"), oid), None)
+
+    def register_opaque(self, oid: int) -> None:
+        """An extension base type the catalog names but walspark has no codec for (hstore, ltree,
+        PostGIS ...): kept as an unknown type is (its text, or its bytes in binary mode), on
+        purpose, so without the unknown-type warning."""
+        self._opaque.add(oid)
 
     def register_array(self, array_oid: int, element_oid: int, name: str = "") -> None:
         """An array type over any resolvable element type."""
@@ -560,7 +567,11 @@ class TypeRegistry:
 
     def _unknown(self, oid: int, binary: bool) -> Codec:
         name = self.type_name(oid)
-        if oid not in self._warned:
+        if oid in self._opaque:
+            log.debug(
+                "PostgreSQL type %s (oid %d): an extension type kept as %s", name, oid, "bytes" if binary else "text"
+            )
+        elif oid not in self._warned:
             self._warned.add(oid)
             msg = (
                 f"PostgreSQL type {name} (oid {oid}) is not known to walspark: its values are kept as "
