@@ -1,5 +1,7 @@
 """Extension types and arrays of them: the snapshot and the stream type a column alike.
 
+pgvector's ``vector`` is an array of floats; the others walspark keeps as their text.
+
 Both resolve every column from the same catalog rows (``walspark.source.catalog.user_types``):
 an array of an extension type the values layer does not know is an array of its text, in the
 copy and in the changes after it, so the first change after the snapshot is applied rather than
@@ -13,33 +15,33 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-COLUMNS = "id, h::text, ha::text[], lt::text, la::text[], ci::text, ca::text[]"
+COLUMNS = "id, h::text, ha::text[], lt::text, la::text[], ci::text, ca::text[], v::real[]"
 
 
 def test_extension_types_and_their_arrays_replicate_through_snapshot_and_stream(spark, pg18_dsn, tmp_path):
     from walspark import Pipeline
 
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        for extension in ("hstore", "ltree", "citext"):
+        for extension in ("hstore", "ltree", "citext", "vector"):
             conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
         conn.execute("CREATE TABLE ext (id int PRIMARY KEY, h hstore, ha hstore[], lt ltree, la ltree[],"
-                     " ci citext, ca citext[])")  # fmt: skip
+                     " ci citext, ca citext[], v vector(3))")  # fmt: skip
         conn.execute("""INSERT INTO ext VALUES (1, 'a=>1, "b c"=>NULL', ARRAY['x=>2'::hstore, NULL], 'top.a',
-                        '{top.a,top.b.c}', 'MiXed', '{X,y}')""")
+                        '{top.a,top.b.c}', 'MiXed', '{X,y}', '[1,2.5,-3]')""")
         conn.execute("CREATE PUBLICATION extpub FOR TABLE ext")
     target = str(tmp_path / "lake")
     pipeline = Pipeline(spark, dsn=pg18_dsn, publication="extpub", slot="ext_slot", target=target)
     assert pipeline.run_once().snapshot_tables == 1
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO ext VALUES (2, 'k=>v', '{}', 'a', ARRAY['b.c'::ltree], 'z', NULL)")
-        conn.execute("UPDATE ext SET la = '{top.z}', ha = ARRAY['y=>3'::hstore] WHERE id = 1")
+        conn.execute("INSERT INTO ext VALUES (2, 'k=>v', '{}', 'a', ARRAY['b.c'::ltree], 'z', NULL, NULL)")
+        conn.execute("UPDATE ext SET la = '{top.z}', ha = ARRAY['y=>3'::hstore], v = '[0,0.25,7]' WHERE id = 1")
         second = pipeline.run_once()
         assert second.rows == 2, second
         expected = [tuple(r) for r in conn.execute(f"SELECT {COLUMNS} FROM ext ORDER BY id").fetchall()]
     mirror = spark.read.format("delta").load(f"{target}/public/ext")
     types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
-    assert {c: types[c] for c in ("h", "ha", "lt", "la", "ci", "ca")} == {
+    assert {c: types[c] for c in ("h", "ha", "lt", "la", "ci", "ca", "v")} == {
         "h": "string", "ha": "array<string>", "lt": "string", "la": "array<string>", "ci": "string",
-        "ca": "array<string>"}, types  # fmt: skip
-    got = [tuple(r) for r in mirror.select("id", "h", "ha", "lt", "la", "ci", "ca").orderBy("id").collect()]
+        "ca": "array<string>", "v": "array<float>"}, types  # fmt: skip
+    got = [tuple(r) for r in mirror.select("id", "h", "ha", "lt", "la", "ci", "ca", "v").orderBy("id").collect()]
     assert got == expected

@@ -318,3 +318,29 @@ def test_extension_types_the_catalog_names_are_text_without_a_warning(conn: Any)
     (t, _), = rows
     assert codec.arrow_from_text([t]).to_pylist() == [t.decode()]
     assert reg.type_name(oid) == "public.hstore"
+
+
+def test_pgvector_types_are_float_arrays_in_both_formats(conn: Any) -> None:
+    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    conn.execute("CREATE TABLE vec (i int, v vector(3), h halfvec(3), va vector[])")
+    conn.execute("""INSERT INTO vec VALUES (1, '[1,2.5,-3.25]', '[0.5,1e-3,65504]', ARRAY['[1,2,3]'::vector, NULL]),
+                    (2, '[3.4028235e38,-1.17549435e-38,0]', '[-2,0,1]', '{}')""")
+    reg = TypeRegistry()
+    register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall())
+    for col in ("v", "h", "va"):
+        cur = conn.cursor()
+        cur.execute(f"SELECT {col} FROM vec ORDER BY i")
+        oid, typmod = cur.description[0].type_code, cur.pgresult.fmod(0)
+        for loader in (_RawText, _RawBinary):
+            conn.adapters.register_loader(oid, loader)
+        text = [r[0] for r in conn.execute(f"SELECT {col} FROM vec ORDER BY i").fetchall()]
+        binary = [r[0] for r in conn.cursor().execute(f"SELECT {col} FROM vec ORDER BY i", binary=True).fetchall()]
+        codec = reg.resolve(oid, typmod)
+        assert reg.is_known(oid)
+        for t, b in zip(text, binary):
+            _check_value(codec, t, b)
+    v = reg.resolve(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])
+    assert v.arrow_type == pa.list_(pa.float32())
+    assert v.decode_text(b"[1,2.5,-3.25]") == [1.0, 2.5, -3.25]
+    h = reg.resolve(conn.execute("SELECT 'halfvec'::regtype::oid").fetchone()[0])
+    assert h.decode_text(b"[0.5,65504]") == [0.5, 65504.0]

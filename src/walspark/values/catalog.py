@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from . import oids
+from .extensions import EXTENSION_CODECS
 from .registry import TypeRegistry
 
 __all__ = ["TEXT_LIKE_EXTENSION_TYPES", "TYPE_CATALOG_QUERY", "UserTypes", "register_catalog_rows", "registry_of"]
@@ -63,6 +64,8 @@ def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
             registry.register_range(oid, subtype, full, multirange_oid=multi or None, array_oid=arr)
         elif typtype == "b" and name in TEXT_LIKE_EXTENSION_TYPES:
             registry.register_domain(oid, oids.TEXT, full, array_oid=arr)
+        elif typtype == "b" and name in EXTENSION_CODECS:
+            registry.register_extension(oid, full, EXTENSION_CODECS[name], array_oid=arr)
         elif typtype == "b":
             registry.register_opaque(oid)
             if arr:

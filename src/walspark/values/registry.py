@@ -404,6 +404,12 @@ class _Multirange:
 
 
 @dataclass(frozen=True, slots=True)
+class _Extension:
+    name: str
+    factory: Callable[[int, int, ColumnOptions], Codec]
+
+
+@dataclass(frozen=True, slots=True)
 class _Array:
     name: str
     element_oid: int
@@ -468,6 +474,13 @@ class TypeRegistry:
         self._register(oid, entry, array_oid)
         if multirange_oid:
             self._register(multirange_oid, _Multirange(entry.name.replace("range", "multirange"), oid), None)
+
+    def register_extension(
+        self, oid: int, name: str, factory: Callable[[int, int, ColumnOptions], Codec], *, array_oid: int | None = None
+    ) -> None:
+        """An extension type with a codec of its own (``factory(oid, typmod, options)``; see
+        :mod:`.extensions`), and its array type."""
+        self._register(oid, _Extension(name, factory), array_oid)
 
     def register_opaque(self, oid: int) -> None:
         """An extension base type the catalog names but walspark has no codec for (hstore, ltree,
@@ -542,6 +555,8 @@ class TypeRegistry:
             rng = self._build(entry.range_oid, -1, opts, binary, depth + 1)
             assert isinstance(rng, RangeCodec)
             return MultirangeCodec(oid, entry.name, rng)
+        if isinstance(entry, _Extension):
+            return entry.factory(oid, typmod, opts)
         if isinstance(entry, _Array):
             el = self._build(entry.element_oid, typmod, opts, binary, depth + 1)
             return ArrayCodec(oid, entry.name, el, opts.array_ndims, ignore_bounds=opts.array_ignore_bounds)
