@@ -45,3 +45,38 @@ def test_extension_types_and_their_arrays_replicate_through_snapshot_and_stream(
         "ca": "array<string>", "v": "array<float>"}, types  # fmt: skip
     got = [tuple(r) for r in mirror.select("id", "h", "ha", "lt", "la", "ci", "ca", "v").orderBy("id").collect()]
     assert got == expected
+
+
+def test_every_type_keeps_its_delta_type_from_the_snapshot_to_the_stream(spark, pg18_dsn, tmp_path):
+    """A column of every type the value tests know (built-in, user, extension): the snapshot's
+    Delta schema is the one the stream's changes are applied to, unchanged."""
+    from tests.values.test_fidelity_server import CASES
+    from walspark import Pipeline
+
+    types = [t for t, _ in CASES] + ["mood", "price", "item", "item[]", "floatrange", "hstore", "ltree[]",
+                                     "citext", "vector(2)"]  # fmt: skip
+    literals = [lits[0] for _, lits in CASES] + ["ok", "1.50", "(1,x)", '{"(2,y)"}', "[1,2)", "a=>1", "{a.b}",
+                                                  "Ci", "[1,2]"]  # fmt: skip
+    columns = ", ".join(f"c{i} {t}" for i, t in enumerate(types))
+    values = ", ".join(["%s"] + [f"%s::{t}" for t in types])
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        for extension in ("hstore", "ltree", "citext", "vector"):
+            conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+        conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
+        conn.execute("CREATE DOMAIN price AS numeric(8,2)")
+        conn.execute("CREATE TYPE item AS (n int, s text)")
+        conn.execute("CREATE TYPE floatrange AS RANGE (subtype = float8)")
+        conn.execute(f"CREATE TABLE every (id int PRIMARY KEY, {columns})")
+        conn.execute(f"INSERT INTO every VALUES ({values})", [1, *literals])
+        conn.execute("CREATE PUBLICATION everypub FOR TABLE every")
+    target = str(tmp_path / "lake")
+    pipeline = Pipeline(spark, dsn=pg18_dsn, publication="everypub", slot="every_slot", target=target)
+    assert pipeline.run_once().snapshot_tables == 1
+    copied = spark.read.format("delta").load(f"{target}/public/every").schema
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute(f"INSERT INTO every VALUES ({values})", [2, *literals])
+        conn.execute("UPDATE every SET c0 = NOT c0 WHERE id = 1")
+    assert pipeline.run_once().rows == 2
+    mirror = spark.read.format("delta").load(f"{target}/public/every")
+    assert [(f.name, f.dataType) for f in mirror.schema.fields] == [(f.name, f.dataType) for f in copied.fields]
+    assert mirror.count() == 2
