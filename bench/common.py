@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["CPU_GROUPS", "PGOUTPUT_OPTIONS", "CpuMeter", "cpu_line", "log", "pct", "recvlogical"]
+__all__ = ["PGOUTPUT_OPTIONS", "CpuMeter", "cpu_line", "log", "pct", "postmaster_pid", "recvlogical"]
 
 _T0 = time.perf_counter()
 
@@ -47,55 +47,67 @@ def recvlogical(pg: Any, dsn: str, slot: str, publication: str, endpos: str) -> 
     return time.perf_counter() - started
 
 
-#: Process groups whose CPU the benchmarks report: a name and what a process's command line holds
-#: (the first that matches). The JVM's own time is Spark's; the time of the children it reaped
-#: (Python workers, the streaming source's process) is the Python workers'.
-CPU_GROUPS = (("Spark JVM", "java"), ("Python workers", "pyspark"), ("PostgreSQL", "postgres"))
+def postmaster_pid(data_dir: Any) -> int:
+    """The PostgreSQL server's own PID, from ``postmaster.pid`` in its data directory."""
+    with open(f"{data_dir}/postmaster.pid") as f:
+        return int(f.readline())
 
 
-def _cpu_times() -> dict[str, float]:
-    """CPU seconds (user + system, with the reaped children's) of every live process, per group
-    of :data:`CPU_GROUPS`, and of this process (``driver``). An exited backend or worker is
-    counted in its parent's children's time, so a group's total holds it once its parent reaps it."""
+def _cpu_times(postmaster: int | None) -> dict[str, float]:
+    """CPU seconds (user + system, with reaped children's) of this process (``driver``), of what it
+    started (``Spark JVM``: the JVM's own; ``Python workers``: the JVM's children, reaped or alive)
+    and of the server ``postmaster`` with its backends (``PostgreSQL``). Only these process trees
+    count, so other work on the host does not."""
     import os
 
     tick = os.sysconf("SC_CLK_TCK")
-    totals = dict.fromkeys([name for name, _ in CPU_GROUPS] + ["driver"], 0.0)
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
+    parent: dict[int, int] = {}
+    times: dict[int, tuple[float, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
+            with open(f"/proc/{entry}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().decode(errors="replace")
         except OSError:
             continue
-        own = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        reaped = (int(fields[13]) + int(fields[14])) / tick  # cutime, cstime
-        if int(pid) == os.getpid():
-            totals["driver"] += own + reaped
-            continue
-        for name, marker in CPU_GROUPS:
-            if marker in cmdline:
-                if name == "Spark JVM":
-                    totals[name] += own
-                    totals["Python workers"] += reaped
-                else:
-                    totals[name] += own + reaped
-                break
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        times[pid] = ((int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick)
+
+    def under(pid: int, root: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 1)
+        return False
+
+    me = os.getpid()
+    totals = {"PostgreSQL": 0.0, "Spark JVM": 0.0, "Python workers": 0.0, "driver": sum(times.get(me, (0, 0)))}
+    for pid, (own, reaped) in times.items():
+        if postmaster is not None and under(pid, postmaster):
+            totals["PostgreSQL"] += own + reaped
+        elif pid != me and under(pid, me):
+            if parent.get(pid) == me:  # the JVM; what it reaped were Python workers
+                totals["Spark JVM"] += own
+                totals["Python workers"] += reaped
+            else:
+                totals["Python workers"] += own + reaped
     return totals
 
 
 class CpuMeter:
-    """Where the CPU went between :meth:`start` and :meth:`stop`: seconds per process group (Linux)."""
+    """Where the CPU went between :meth:`start` and :meth:`stop`: seconds per process tree (Linux)."""
+
+    def __init__(self, postmaster: int | None = None) -> None:
+        self._postmaster = postmaster
 
     def start(self) -> CpuMeter:
-        self._before, self._wall = _cpu_times(), time.perf_counter()
+        self._before, self._wall = _cpu_times(self._postmaster), time.perf_counter()
         return self
 
     def stop(self) -> dict[str, float]:
-        after, wall = _cpu_times(), time.perf_counter() - self._wall
+        after, wall = _cpu_times(self._postmaster), time.perf_counter() - self._wall
         used = {name: max(0.0, after[name] - self._before.get(name, 0.0)) for name in after}
         return {**used, "wall": wall}
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
-from common import CpuMeter, cpu_line, log, pct, recvlogical  # bench/common.py, beside this script
+from common import CpuMeter, cpu_line, log, pct, postmaster_pid, recvlogical  # bench/common.py, beside this script
 from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
@@ -136,10 +136,11 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     lines = []
     for name, (slot, target, module) in paths.items():
         if module is not None:
-            seconds, cpu = _run_once_timed(spark, dsn, slot, target)
+            seconds, cpu = _run_once_timed(spark, dsn, slot, target, postmaster_pid(pg.data_dir))
         else:
             log("bulk: walspark run --once on the pure-Python path (a child process)")
-            figures = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp})
+            figures = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp,
+                                          "postmaster": postmaster_pid(pg.data_dir)})
             seconds, cpu = figures["seconds"], figures["cpu"]
         landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
         if landed != rows:
@@ -153,10 +154,10 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     return out, lines
 
 
-def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str) -> tuple[float, str]:
+def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str, postmaster: int) -> tuple[float, str]:
     """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog, and
     where the CPU went meanwhile."""
-    started, meter = time.perf_counter(), CpuMeter().start()
+    started, meter = time.perf_counter(), CpuMeter(postmaster).start()
     pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
     return time.perf_counter() - started, cpu_line(meter.stop())
 
@@ -169,7 +170,7 @@ def pure_child(task: dict) -> None:  # type: ignore[type-arg]
 
     spark = spark_session("walspark-bench-e2e-pure")
     warm_up(spark, task["dsn"], task["tmp"], name="warm_pure")
-    seconds, cpu = _run_once_timed(spark, task["dsn"], task["slot"], task["target"])
+    seconds, cpu = _run_once_timed(spark, task["dsn"], task["slot"], task["target"], task["postmaster"])
     report(task, {"seconds": seconds, "cpu": cpu})
     spark.stop()
 

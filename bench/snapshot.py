@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import CpuMeter, cpu_line  # bench/common.py, beside this script
+from common import CpuMeter, cpu_line, postmaster_pid  # bench/common.py, beside this script
 from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
@@ -55,7 +55,8 @@ def read_only(spark, dsn: str, partition_rows: int) -> float:
     return seconds
 
 
-def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: int, master: str) -> dict[str, Any]:
+def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: int, master: str,
+                     postmaster: int) -> dict[str, Any]:  # fmt: skip
     """Steps 2 and 3 on this process's hot path: a Spark of its own, warmed up, then timed.
 
     ``name`` names the slots and targets, so the compiled and the pure-Python runs share the server."""
@@ -65,7 +66,7 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     spark = spark_session(f"walspark-bench-snapshot-{name}", master=master)
     # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
     run_snapshot(spark, dsn, "warmup", f"warmup_{name}", os.path.join(tmp, f"warm_{name}"), partition_pages=4)
-    started, meter = time.monotonic(), CpuMeter().start()
+    started, meter = time.monotonic(), CpuMeter(postmaster).start()
     result = run_snapshot(spark, dsn, "pub", f"bench_{name}", os.path.join(tmp, name), partition_rows=partition_rows)
     snapshot, snapshot_cpu = time.monotonic() - started, meter.stop()
     [table] = result.tables
@@ -97,7 +98,7 @@ def main() -> None:
     task = child_task()
     if task is not None:
         report(task, walspark_figures(task["dsn"], task["tmp"], "pure", task["rows"], task["partition_rows"],
-                                      task["master"]))  # fmt: skip
+                                      task["master"], task["postmaster"]))  # fmt: skip
         return
 
     import psycopg
@@ -123,18 +124,20 @@ def main() -> None:
             pages = conn.execute("SELECT pg_relation_size('big') / 8192").fetchone()[0]
 
             # 1. single-stream COPY (table is now in the OS cache / shared buffers for all runs)
-            started, meter = time.monotonic(), CpuMeter().start()
+            postmaster = postmaster_pid(pg.data_dir)
+            started, meter = time.monotonic(), CpuMeter(postmaster).start()
             nbytes = 0
             with conn.cursor() as cur, cur.copy("COPY big TO STDOUT (FORMAT binary)") as copy:
                 for chunk in copy:
                     nbytes += len(chunk)
             copy_seconds, copy_cpu = time.monotonic() - started, cpu_line(meter.stop())
         dump_seconds = pg_dump(pg, dsn)
-        runs = {path_name(): walspark_figures(dsn, tmp, "here", args.rows, partition_rows, args.master)}
+        runs = {path_name(): walspark_figures(dsn, tmp, "here", args.rows, partition_rows, args.master, postmaster)}
         if not args.no_pure and path_name() != "pure Python":
             print("the pure-Python path, in a child process ...", flush=True)
             runs["pure Python"] = run_pure(__file__, {"dsn": dsn, "tmp": tmp, "rows": args.rows,
-                                                      "partition_rows": partition_rows, "master": args.master})
+                                                      "partition_rows": partition_rows, "master": args.master,
+                                                      "postmaster": postmaster})
 
     copy_rate = args.rows / copy_seconds
     dump_rate = args.rows / dump_seconds
