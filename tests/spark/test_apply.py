@@ -70,6 +70,35 @@ def test_table_properties_give_features_only_where_needed():
         table_properties({DELETION_VECTORS_MIN_ROWS: "many"}, 1)
 
 
+def test_column_mapping_is_switched_on_in_place_once(spark, tmp_path):
+    """A table without column mapping gets it in place (reader 3 with the feature, its rows and
+    files as they were, the reason recorded) and can then rename; a table that has it already,
+    at reader 2, is left as it is."""
+    from deltalake import DeltaTable
+
+    from walspark.spark.lake.evolution import TargetTable
+    from walspark.spark.lake.tables import TABLE_PROPERTIES
+
+    plain, mapped = str(tmp_path / "plain"), str(tmp_path / "mapped")
+    spark.sql(f"CREATE TABLE delta.`{plain}` (id int, b string) USING delta")
+    spark.sql(f"INSERT INTO delta.`{plain}` VALUES (1, 'x'), (2, 'y')")
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    spark.sql(f"CREATE TABLE delta.`{mapped}` (id int, b string) USING delta TBLPROPERTIES ({props})")
+    files = set(DeltaTable(plain).file_uris())
+    for path in (plain, mapped):
+        TargetTable(spark, path, "public.t").require_column_mapping("rename of column 'b' to 'c'")
+        spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN b TO c")
+    table = DeltaTable(plain)
+    protocol = table.protocol()
+    assert (protocol.min_reader_version, set(protocol.reader_features or ())) == (3, {"columnMapping", "deletionVectors"})
+    assert table.metadata().configuration["walspark.columnMapping"] == "rename of column 'b' to 'c'"
+    assert "delta.enableDeletionVectors" not in table.metadata().configuration  # supported, not used
+    assert set(table.file_uris()) == files  # no file rewritten
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(plain).collect()) == [(1, "x"), (2, "y")]
+    kept = DeltaTable(mapped)
+    assert kept.protocol().min_reader_version == 2 and "walspark.columnMapping" not in kept.metadata().configuration
+
+
 def delta_rows(spark, path: str, drop: tuple[str, ...] = ()) -> list[dict]:
     df = spark.read.format("delta").load(path)
     return [{k: v for k, v in r.asDict().items() if k not in drop} for r in df.collect()]
