@@ -93,6 +93,8 @@ def test_awkward_identifiers_replicate_exactly(spark, pg18_dsn: str, tmp_path: P
         _assert_equal(spark, conn, odd_path, ODD_TABLE, drop=("__START_AT", "__END_AT"))
         props = spark.sql(f"SHOW TBLPROPERTIES delta.`{main_path}`").collect()
         assert {r["key"]: r["value"] for r in props}["delta.columnMapping.mode"] == "name"
+        plain = spark.sql(f"SHOW TBLPROPERTIES delta.`{odd_path}`").collect()  # its names need no mapping
+        assert "delta.columnMapping.mode" not in {r["key"] for r in plain}
 
         main = sql.Identifier(SCHEMA, TABLE)
         uid, price, ab, name = (sql.Identifier(c) for c in COLUMNS[:4])

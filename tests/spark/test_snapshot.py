@@ -120,7 +120,9 @@ def test_many_types_snapshot_exactly(spark, pg18_dsn: str, tmp_path: Path) -> No
     assert seen and seen[-1].done and seen[-1].rows_copied == 3001
     _same(_delta_arrow(spark, table.path, "id"), expected)
     props = spark.sql(f"SHOW TBLPROPERTIES delta.`{table.path}`").collect()
-    assert {r[0]: r[1] for r in props}["delta.columnMapping.mode"] == "name"
+    props = {r[0]: r[1] for r in props}
+    assert props["delta.columnMapping.mode"] == "name"  # a name Parquet refuses without it
+    assert props["walspark.columnMapping"] == "column name 'Odd, (name)'"
     record = read_record(TargetLayout(str(tmp_path)))
     assert record is not None and record.complete and record.consistent_point == result.consistent_point
 
@@ -501,14 +503,14 @@ def test_small_tables_copied_from_the_driver_equal_spark_copies(spark, pg18_dsn:
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A small table is written by delta-rs from the driver exactly as Spark's CREATE TABLE AS
     SELECT writes it (schema with the columns' catalog facts, protocol, properties, rows); a
-    table with a type delta-rs would protect differently (timestamp without time zone) is
-    left to Spark."""
+    table with a type delta-rs would protect differently (timestamp without time zone), or with
+    a name that needs column mapping, is left to Spark."""
     from walspark.spark.snapshot.driver_copy import DRIVER_SNAPSHOT
 
     with _conn(pg18_dsn) as conn:
         conn.execute(MANY_TYPES)
         conn.execute('CREATE TABLE "Plain Types" AS SELECT * FROM "Many Types"')
-        conn.execute('ALTER TABLE "Plain Types" DROP COLUMN ts, ADD PRIMARY KEY (id)')  # attnums with a gap
+        conn.execute('ALTER TABLE "Plain Types" DROP COLUMN ts, DROP COLUMN "Odd, (name)", ADD PRIMARY KEY (id)')  # attnums with gaps
         conn.execute('CREATE PUBLICATION pub FOR TABLE "Many Types", "Plain Types"')
         run_snapshot(spark, pg18_dsn, "pub", "snap_driver", str(tmp_path / "driver"))
         monkeypatch.setenv(DRIVER_SNAPSHOT, "0")

@@ -25,7 +25,14 @@ from walspark.spark.datasource.schema import (
     MISSING_KEY,
     SAME_AS_KEY,
 )
-from walspark.spark.lake.tables import quote, table_properties
+from walspark.spark.lake.tables import (
+    COLUMN_MAPPING,
+    COLUMN_MAPPING_REASON,
+    field_names,
+    mapping_reason,
+    quote,
+    table_properties,
+)
 
 __all__ = [
     "ATTNUMS_PROPERTY",
@@ -136,7 +143,7 @@ def _widening(source: DataType, target: DataType) -> DataType | Literal[False] |
 
 @dataclass(slots=True)
 class TargetTable:
-    """One Delta table of the target: created with column mapping, evolved to fit each batch."""
+    """One Delta table of the target: created with the features it needs, evolved to fit each batch."""
 
     spark: SparkSession
     path: str
@@ -167,15 +174,16 @@ class TargetTable:
             builder = builder.addColumn(f.name, f.dataType, nullable=True)
         for name, ddl in extra_ddl:
             builder = builder.addColumn(name, ddl, nullable=True)
-        for k, v in table_properties(self.spark.conf).items():  # a new table has no rows yet
+        names = [*field_names(fields), *(name for name, _ in extra_ddl)]
+        for k, v in table_properties(self.spark.conf, 0, names).items():  # a new table has no rows yet
             builder = builder.property(k, v)
         ids = attnums_property(fields)
         if ids is not None:
             builder = builder.property(*ids)
         builder.execute()
 
-    def column_ids(self) -> ColumnIds:
-        """The PostgreSQL ``attnum`` of each column, as recorded in the table's properties.
+    def properties(self) -> dict[str, str]:
+        """The table's properties.
 
         A local table's are read from its log with delta-rs (milliseconds); elsewhere with SHOW
         TBLPROPERTIES (the log's metadata only), not ``DeltaTable.detail()``, which also sums
@@ -187,7 +195,23 @@ class TargetTable:
         if properties is None:
             rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.sql_name}").collect()
             properties = {row[0]: row[1] for row in rows}
-        return parse_attnums(properties.get(ATTNUMS_PROPERTY))
+        return properties
+
+    def column_ids(self) -> ColumnIds:
+        """The PostgreSQL ``attnum`` of each column, as recorded in the table's properties."""
+        return parse_attnums(self.properties().get(ATTNUMS_PROPERTY))
+
+    def require_column_mapping(self, reason: str) -> None:
+        """Switch column mapping on for the table, in place, before a change that needs it (a
+        rename, a drop, a name Parquet refuses), recording ``reason``; a table that has it
+        already is left as it is. Delta upgrades the protocol (:data:`.tables.COLUMN_MAPPING`) and
+        rewrites no data file."""
+        if self.properties().get("delta.columnMapping.mode", "none") != "none":
+            return
+        log.warning("%s: switching Delta column mapping on for the %s", self.qualified, reason)
+        props = {**COLUMN_MAPPING, COLUMN_MAPPING_REASON: reason}
+        text = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
+        self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ({text})")
 
     def set_column_ids(self, ids: ColumnIds) -> None:
         self.spark.sql(
@@ -265,6 +289,9 @@ class TargetTable:
         new_cols = [(f.name, f.dataType.simpleString()) for f in added]
         new_cols += [(name, ddl) for name, ddl in extra_ddl if name not in current]
         if new_cols:
+            reason = mapping_reason([*field_names(added), *(name for name, _ in new_cols)])
+            if reason is not None:
+                self.require_column_mapping(reason)
             log.warning("%s: adding columns %s", self.qualified, [name for name, _ in new_cols])
             cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in new_cols)
             self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
@@ -523,6 +550,12 @@ def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
             "computed for every existing row by rewriting the table (a volatile default, a generated column, or "
             f"another ALTER in the same statement), which is not streamed; other tables keep going. {tgt.recopy_advice()}"
         )
+    if plan.drops:
+        tgt.require_column_mapping(f"drop of column {plan.drops[0]!r} (added again)")
+    elif plan.renames:
+        tgt.require_column_mapping(f"rename of column {plan.renames[0][0]!r} to {plan.renames[0][1]!r}")
+    elif plan.added and (reason := mapping_reason(field_names(plan.added))) is not None:
+        tgt.require_column_mapping(reason)
     if plan.drops:
         log.warning("%s: dropping columns %s (dropped and added again in PostgreSQL)", tgt.qualified, plan.drops)
         tgt.spark.sql(f"ALTER TABLE {tgt.sql_name} DROP COLUMNS ({', '.join(quote(d) for d in plan.drops)})")

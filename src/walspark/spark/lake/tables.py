@@ -3,8 +3,8 @@ its properties, and how Spark SQL names it. Where it lives is :class:`walspark.s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql.conf import RuntimeConfig
@@ -12,23 +12,81 @@ if TYPE_CHECKING:
     from walspark.storage import Location
 
 __all__ = [
+    "COLUMN_MAPPING",
+    "COLUMN_MAPPING_REASON",
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
+    "field_names",
     "is_delta_table",
+    "mapping_reason",
     "quote",
     "table_properties",
 ]
 
-#: The Delta table properties of every target table: column mapping by name, so any PostgreSQL
-#: identifier (spaces, commas, parentheses...) is a valid column name. The snapshot's
-#: ``CREATE OR REPLACE TABLE`` and the apply step's ``createIfNotExists`` both use them (through
-#: :func:`table_properties`), so a table started by either is the same kind of table.
+#: The Delta table properties of column mapping by name: a column's name is metadata only, so a
+#: column can be renamed or dropped without rewriting the table's files, and any PostgreSQL
+#: identifier (spaces, commas, parentheses...) is a valid column name. It is switched on only
+#: when a table needs it (:func:`mapping_reason`, ``TargetTable.require_column_mapping``):
+#: polars and delta-rs's plain Arrow read do not read such tables (docs/applying.md, "Readers").
+#: Under reader 3, not 2: delta-rs's plain Arrow read and polars read a reader-2 table without
+#: error and with wrong values (they ignore the files' physical names), and refuse a reader-3 one
+#: that lists ``columnMapping``. Delta lists reader features from reader 3 only, and only for a
+#: feature that needs it, which column mapping alone does not (Delta makes that reader 2): so
+#: the table also supports deletion vectors, without using them (``delta.enableDeletionVectors``
+#: stays as the size rule says), which every reader of column mapping reads.
+COLUMN_MAPPING: dict[str, str] = {
+    "delta.columnMapping.mode": "name",
+    "delta.minReaderVersion": "3",
+    "delta.minWriterVersion": "7",
+    "delta.feature.deletionVectors": "supported",
+}
+
+#: The table property that says why walspark switched column mapping on for a table.
+COLUMN_MAPPING_REASON = "walspark.columnMapping"
+
+#: The properties of walspark's own tables and change logs, which keep column mapping whatever
+#: their names (a change log takes a table's new shape by overwriting itself).
 TABLE_PROPERTIES: dict[str, str] = {
     "delta.columnMapping.mode": "name",
     "delta.minReaderVersion": "2",
     "delta.minWriterVersion": "5",
 }
+
+#: Characters Delta refuses in a column name without column mapping (Parquet's restriction).
+_MAPPING_ONLY_CHARACTERS = frozenset(" ,;{}()\n\t=")
+
+
+def mapping_reason(names: Iterable[str]) -> str | None:
+    """Why a table with these column names (nested ones included) needs column mapping: the
+    first name holding a character Delta refuses without it, as a short reason; None: it does not."""
+    for name in names:
+        if any(c in _MAPPING_ONLY_CHARACTERS for c in name):
+            return f"column name {name!r}"
+    return None
+
+
+def field_names(fields: Iterable[Any]) -> list[str]:
+    """Every column name of Spark ``fields`` (StructFields), struct fields at any depth included."""
+    out: list[str] = []
+
+    def walk(dtype: Any) -> None:
+        inner = getattr(dtype, "fields", None)
+        if inner is not None:
+            for f in inner:
+                out.append(f.name)
+                walk(f.dataType)
+        elif hasattr(dtype, "elementType"):
+            walk(dtype.elementType)
+        elif hasattr(dtype, "valueType"):
+            walk(dtype.keyType)
+            walk(dtype.valueType)
+
+    for f in fields:
+        out.append(f.name)
+        walk(f.dataType)
+    return out
+
 
 #: The Spark setting of the size from which walspark creates a table with deletion vectors:
 #: PostgreSQL's estimate of its rows when it is copied (0 for a table the apply step creates).
@@ -45,20 +103,27 @@ DELETION_VECTORS_MIN_ROWS = "spark.walspark.deletionVectors.minRows"
 DEFAULT_DELETION_VECTORS_MIN_ROWS = 1_000_000
 
 
-def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, estimated_rows: int | None = 0
-                     ) -> dict[str, str]:  # fmt: skip
-    """The properties of a new target table of about ``estimated_rows`` rows (None: unknown, as 0).
+def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, estimated_rows: int | None = 0,
+                     names: Iterable[str] = ()) -> dict[str, str]:  # fmt: skip
+    """The properties of a new target table of about ``estimated_rows`` rows (None: unknown, as 0)
+    whose columns are named ``names`` (nested ones included).
 
-    ``conf`` is the session's configuration (``spark.conf``), read for
-    :data:`DELETION_VECTORS_MIN_ROWS`. With deletion vectors Delta takes the protocol the
-    features need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
+    Only the features the table needs, so that every engine reads it until a change asks for
+    more: column mapping when a name needs it (:func:`mapping_reason`, recorded in
+    :data:`COLUMN_MAPPING_REASON`), deletion vectors from :data:`DELETION_VECTORS_MIN_ROWS`
+    (read from ``conf``, the session's ``spark.conf``). With deletion vectors Delta takes the
+    protocol the features need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
     """
     raw = conf.get(DELETION_VECTORS_MIN_ROWS, None) if conf is not None else None
     try:
         threshold = DEFAULT_DELETION_VECTORS_MIN_ROWS if raw is None else int(raw)
     except ValueError:
         raise ValueError(f"{DELETION_VECTORS_MIN_ROWS} must be a number of rows, not {raw!r}") from None
-    props = dict(TABLE_PROPERTIES)
+    props: dict[str, str] = {}
+    reason = mapping_reason(names)
+    if reason is not None:
+        props.update(COLUMN_MAPPING)
+        props[COLUMN_MAPPING_REASON] = reason
     if threshold >= 0 and (estimated_rows or 0) >= threshold:
         props["delta.enableDeletionVectors"] = "true"
     return props

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.driver_log import local_path
-from walspark.spark.lake.tables import TABLE_PROPERTIES, is_delta_table
+from walspark.spark.lake.tables import is_delta_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -25,7 +25,7 @@ __all__ = ["DRIVER_SNAPSHOT", "can_create", "copy", "create", "enabled", "plain_
 #: ``0`` turns driver copies off (every table of a snapshot is copied by a Spark query).
 DRIVER_SNAPSHOT = "WALSPARK_DRIVER_SNAPSHOT"
 
-#: Delta types delta-rs writes under the protocol Spark gives the table (reader 2, writer 5).
+#: Delta types delta-rs writes under the protocol Spark gives the table (reader 1, writer 2).
 _PLAIN_TYPES = frozenset({"byte", "short", "integer", "long", "float", "double", "string", "binary", "boolean",
                           "date", "timestamp"})  # fmt: skip
 #: Properties delta-rs must not set itself: Spark turns them into the protocol.
@@ -78,11 +78,11 @@ def plain_schema(schema: pa.Schema) -> bool:
 
 def can_create(path: str, schema: pa.Schema, properties: Mapping[str, str]) -> bool:
     """Whether :func:`create` makes the new table at ``path`` as Spark's ``CREATE TABLE AS
-    SELECT`` would: walspark's plain properties, a plain schema, no table there yet."""
+    SELECT`` would: a table without Delta features (no column mapping, no deletion vectors), a
+    plain schema, no table there yet."""
     from walspark.spark.lake.evolution import ATTNUMS_PROPERTY
 
-    plain = (set(properties) <= set(TABLE_PROPERTIES) | {ATTNUMS_PROPERTY}
-             and all(properties.get(k) == v for k, v in TABLE_PROPERTIES.items()))  # fmt: skip
+    plain = set(properties) <= {ATTNUMS_PROPERTY}
     return enabled(path) and plain and plain_schema(schema) and not is_delta_table(path)
 
 

@@ -28,6 +28,7 @@ from walspark.spark.snapshot.pgsnapshot import register as register_snapshot_sou
 from walspark.storage import StorageSettings, TargetLayout, location
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 __all__ = [
@@ -490,13 +491,21 @@ def _written_rows(spark: SparkSession, path: str) -> int:
     return int(metrics.get("numOutputRows", 0))
 
 
-def table_properties(plan: TablePlan, spark: SparkSession) -> dict[str, str]:
-    """The properties of a copied table: column mapping (any PostgreSQL name fits), deletion
-    vectors for a large one (:func:`~walspark.spark.lake.tables.table_properties`), and each
-    column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
+def table_properties(plan: TablePlan, spark: SparkSession, schema: pa.Schema | None = None) -> dict[str, str]:
+    """The properties of a copied table: deletion vectors for a large one, column mapping where a
+    name of the source's Arrow ``schema`` (None: the plan's columns) needs it
+    (:func:`~walspark.spark.lake.tables.table_properties`), and each column's identity, so that
+    later DDL is followed by attnum (:mod:`.evolution`)."""
     from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, ColumnIds
+    from walspark.spark.lake.tables import field_names
 
-    props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations))
+    if schema is not None:
+        from walspark.values import spark_schema
+
+        names = field_names(spark_schema(schema).fields)
+    else:
+        names = [c[0] for c in plan.columns]
+    props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations), names)
     if plan.attnums:
         props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
     return props
@@ -525,24 +534,27 @@ def write_table(
 ) -> TableSnapshot:
     """Copy one planned table into a fresh Delta table at ``path``, in one Spark job and one commit.
 
-    ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (column mapping on)
-    and its rows one atomic Delta commit: a failed job leaves the previous version in place.
+    ``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` makes the table (its features as
+    :func:`table_properties` says) and its rows one atomic Delta commit: a failed job leaves the
+    previous version in place.
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     A small table new to the target is copied from the driver instead (:mod:`.driver_copy`).
     """
     from walspark.spark.lake.evolution import sql_string
 
-    properties = table_properties(plan, spark)
     started = time.monotonic()
     if plan.columnless_rows is not None:
         from walspark.spark.lake.columns import ROW_MARKER
         from walspark.spark.lake.tables import quote
 
+        properties = table_properties(plan, spark)
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
         from walspark.spark.snapshot import driver_copy
+        from walspark.spark.snapshot.pgsnapshot import source_schema
 
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
+        properties = table_properties(plan, spark, source_schema(source))
         copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)

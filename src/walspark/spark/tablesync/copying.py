@@ -233,7 +233,7 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
     from walspark.spark.snapshot.initial import _sql_path, table_properties
     from walspark.values import spark_schema
 
-    properties = table_properties(plan, spark)
+    properties = table_properties(plan, spark, schema)
     if driver_copy.can_create(path, schema, properties):
         return driver_copy.create(path, schema, [], properties)
     view = f"walspark_copy_{uuid.uuid4().hex}"

@@ -323,7 +323,7 @@ class TableSync:
                    "txnVersion": str(batch_id), "mergeSchema": "true"}  # fmt: skip
         rows = rows.withColumn(BATCH_COLUMN, F.lit(batch_id))
         path = self.layout.pending_log(state.schema, state.table, state.gen)
-        if not is_delta_table(path):  # column mapping, like the target tables: any PostgreSQL name fits
+        if not is_delta_table(path):  # column mapping, like walspark's own tables: any PostgreSQL name fits
             from delta.tables import DeltaTable
 
             from walspark.spark.lake.tables import TABLE_PROPERTIES
