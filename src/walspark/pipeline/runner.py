@@ -31,11 +31,13 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
     receives the :class:`TableSync` once it exists (the handle asks it which tables are copying).
     """
     from walspark.spark import register
+    from walspark.spark.session import check_python_workers
 
     tracker = tracker or Tracker()
     tracker.publish_to(status_writer(settings.layout, settings.slot))  # for `walspark status --target`
     if tracker.state == "created":
         tracker.phase("starting")
+    check_python_workers(spark)
     register(spark)
     snapshot = needs_snapshot(settings)
     warmup = None

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JARS_ENV", "JIT_ENV", "DeltaJarsNotFound", "jit_options", "launched_by_spark_submit", "spark_session"]
+__all__ = ["JARS_ENV", "JIT_ENV", "DeltaJarsNotFound", "PythonWorkersError", "check_python_workers", "jit_options",
+           "launched_by_spark_submit", "spark_session"]  # fmt: skip
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 #: Scheduler pools: the stream first, change-log mode's folds with what is left (see the file).
@@ -214,3 +215,38 @@ def _submitted_settings() -> dict[str, str]:
             f"(or --jars with the delta-spark and delta-storage jars, e.g. those 'walspark jars' lists)"
         )
     return dict(SparkConf().getAll())
+
+
+class PythonWorkersError(RuntimeError):
+    """Spark's Python workers run an interpreter that cannot import walspark."""
+
+
+def check_python_workers(spark: SparkSession) -> None:
+    """Raise :class:`PythonWorkersError` (one line naming the setting) when a local session's
+    Python workers run another interpreter than this one and it cannot import walspark.
+
+    Why: PySpark starts its workers with ``$PYSPARK_PYTHON`` (default: ``python3`` on the PATH),
+    which in a notebook is often not the kernel's virtual environment; the data source's first
+    task would then fail deep inside Spark with ``ModuleNotFoundError: No module named
+    'walspark'``. A cluster's workers are set up by its deployment (docs/deploying.md).
+    """
+    import shutil
+    import subprocess
+
+    sc = spark.sparkContext
+    if not str(sc.master).startswith("local"):
+        return
+    chosen = sc.pythonExec  # $PYSPARK_PYTHON when the context was made: every Python function's interpreter
+    resolved = shutil.which(chosen) or chosen
+    if os.path.abspath(resolved) == os.path.abspath(sys.executable):
+        return  # (not realpath: a virtual environment's python links to an interpreter without its packages)
+    try:
+        ok = subprocess.run([resolved, "-c", "import walspark"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    if not ok:
+        raise PythonWorkersError(
+            f"Spark's Python workers run {chosen} ({resolved}), which cannot import walspark; set "
+            f"os.environ['PYSPARK_PYTHON'] = {sys.executable!r} (or export PYSPARK_PYTHON={sys.executable}) before "
+            "the first SparkSession of this process, or let walspark.spark.session.spark_session() make it"
+        )
