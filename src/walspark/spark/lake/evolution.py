@@ -31,6 +31,7 @@ from walspark.spark.lake.tables import (
     field_names,
     mapping_reason,
     quote,
+    sql_string,
     table_properties,
 )
 
@@ -91,11 +92,6 @@ def attnums_property(fields: Iterable[StructField]) -> tuple[str, str] | None:
     """The ``walspark.attnums`` property of a new table with these columns (None without catalog facts)."""
     attnums = {f.name: int(f.metadata[ATTNUM_KEY]) for f in fields if ATTNUM_KEY in (f.metadata or {})}
     return (ATTNUMS_PROPERTY, ColumnIds(attnums, {}).to_json()) if attnums else None
-
-
-def sql_string(text: str) -> str:
-    """A Spark SQL string literal for any text (backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 class SchemaEvolutionError(RuntimeError):

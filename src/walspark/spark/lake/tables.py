@@ -20,7 +20,9 @@ __all__ = [
     "field_names",
     "is_delta_table",
     "mapping_reason",
+    "properties_clause",
     "quote",
+    "sql_string",
     "table_properties",
 ]
 
@@ -55,6 +57,19 @@ TABLE_PROPERTIES: dict[str, str] = {
 
 #: Characters Delta refuses in a column name without column mapping (Parquet's restriction).
 _MAPPING_ONLY_CHARACTERS = frozenset(" ,;{}()\n\t=")
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal for any text (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def properties_clause(properties: Mapping[str, str]) -> str:
+    """`` TBLPROPERTIES (...)`` of a ``CREATE TABLE`` with these properties; nothing when there are
+    none (a table that needs no feature: Spark refuses an empty list)."""
+    if not properties:
+        return ""
+    return " TBLPROPERTIES (" + ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items()) + ")"
 
 
 def mapping_reason(names: Iterable[str]) -> str | None:

@@ -540,7 +540,7 @@ def write_table(
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
     A small table new to the target is copied from the driver instead (:mod:`.driver_copy`).
     """
-    from walspark.spark.lake.evolution import sql_string
+    from walspark.spark.lake.tables import properties_clause
 
     started = time.monotonic()
     if plan.columnless_rows is not None:
@@ -561,16 +561,13 @@ def write_table(
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     df.createOrReplaceTempView(view)
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+    props = properties_clause(properties)
     group = f"walspark-snapshot-{view}"
     sc = spark.sparkContext
     sc.setJobGroup(group, f"walspark snapshot of {plan.qualified}", interruptOnCancel=True)
     try:
         with _watch(spark, group, plan, progress, started, poll_interval):
-            spark.sql(
-                f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
-                f"AS SELECT * FROM `{view}`"
-            )
+            spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta{props} AS SELECT * FROM `{view}`")
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         spark.catalog.dropTempView(view)

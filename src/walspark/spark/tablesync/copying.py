@@ -228,7 +228,7 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
     """
     from delta.tables import DeltaTable
 
-    from walspark.spark.lake.evolution import sql_string
+    from walspark.spark.lake.tables import properties_clause
     from walspark.spark.snapshot import driver_copy
     from walspark.spark.snapshot.initial import _sql_path, table_properties
     from walspark.values import spark_schema
@@ -238,9 +238,9 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
         return driver_copy.create(path, schema, [], properties)
     view = f"walspark_copy_{uuid.uuid4().hex}"
     spark.createDataFrame([], spark_schema(schema)).createOrReplaceTempView(view)
-    props = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in properties.items())
+    props = properties_clause(properties)
     try:
-        spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta TBLPROPERTIES ({props}) "
+        spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta{props} "
                   f"AS SELECT * FROM `{view}`")  # fmt: skip
     finally:
         spark.catalog.dropTempView(view)
