@@ -7,7 +7,6 @@ become a clean stop between batches (:class:`walspark.pipeline.StopSwitch`).
 from __future__ import annotations
 
 import signal
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +36,6 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        began = time.monotonic()
         spark = spark_session(
             "walspark-run",
             master=master,
@@ -47,7 +45,6 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         )
         if owned:
             quiet_spark_errors(spark)
-            click.echo(f"Spark is up ({time.monotonic() - began:.1f} s)", err=True)
         try:
             _run_until_done(pipeline.session(spark), once)
         finally:
