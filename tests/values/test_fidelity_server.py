@@ -151,14 +151,15 @@ def conn(pg18_dsn: str) -> Iterator[Any]:
         yield c
 
 
-def _raw_rows(conn: Any, table: str) -> tuple[int, int, list[tuple[bytes | None, bytes | None]]]:
+def _raw_rows(conn: Any, table: str, column: str = "v") -> tuple[int, int, list[tuple[bytes | None, bytes | None]]]:
+    """The column's type OID and typmod, and its values as raw text and binary bytes, by ``i``."""
     cur = conn.cursor()
-    cur.execute(f"SELECT v FROM {table} ORDER BY i")
+    cur.execute(f"SELECT {column} FROM {table} ORDER BY i")
     oid, typmod = cur.description[0].type_code, cur.pgresult.fmod(0)
     for loader in (_RawText, _RawBinary):
         conn.adapters.register_loader(oid, loader)
-    text = [r[0] for r in conn.execute(f"SELECT v FROM {table} ORDER BY i").fetchall()]
-    binary = [r[0] for r in conn.cursor().execute(f"SELECT v FROM {table} ORDER BY i", binary=True).fetchall()]
+    text = [r[0] for r in conn.execute(f"SELECT {column} FROM {table} ORDER BY i").fetchall()]
+    binary = [r[0] for r in conn.cursor().execute(f"SELECT {column} FROM {table} ORDER BY i", binary=True).fetchall()]
     return oid, typmod, list(zip(text, binary))
 
 
@@ -272,15 +273,9 @@ def test_user_types_registered_from_the_catalog(conn: Any) -> None:
     reg = TypeRegistry()
     assert register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall()) >= 5
     for col in ("e", "d", "c", "ca", "r", "ci", "ea"):
-        cur = conn.cursor()
-        cur.execute(f"SELECT {col} FROM u ORDER BY i")
-        oid, typmod = cur.description[0].type_code, cur.pgresult.fmod(0)
-        for loader in (_RawText, _RawBinary):
-            conn.adapters.register_loader(oid, loader)
-        text = [r[0] for r in conn.execute(f"SELECT {col} FROM u ORDER BY i").fetchall()]
-        binary = [r[0] for r in conn.cursor().execute(f"SELECT {col} FROM u ORDER BY i", binary=True).fetchall()]
+        oid, typmod, rows = _raw_rows(conn, "u", col)
         codec = reg.resolve(oid, typmod)
-        for t, b in zip(text, binary):
+        for t, b in rows:
             if t is None:
                 assert b is None
                 continue
@@ -328,16 +323,10 @@ def test_pgvector_types_are_float_arrays_in_both_formats(conn: Any) -> None:
     reg = TypeRegistry()
     register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall())
     for col in ("v", "h", "va"):
-        cur = conn.cursor()
-        cur.execute(f"SELECT {col} FROM vec ORDER BY i")
-        oid, typmod = cur.description[0].type_code, cur.pgresult.fmod(0)
-        for loader in (_RawText, _RawBinary):
-            conn.adapters.register_loader(oid, loader)
-        text = [r[0] for r in conn.execute(f"SELECT {col} FROM vec ORDER BY i").fetchall()]
-        binary = [r[0] for r in conn.cursor().execute(f"SELECT {col} FROM vec ORDER BY i", binary=True).fetchall()]
+        oid, typmod, rows = _raw_rows(conn, "vec", col)
         codec = reg.resolve(oid, typmod)
         assert reg.is_known(oid)
-        for t, b in zip(text, binary):
+        for t, b in rows:
             _check_value(codec, t, b)
     v = reg.resolve(conn.execute("SELECT 'vector'::regtype::oid").fetchone()[0])
     assert v.arrow_type == pa.list_(pa.float32())
