@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from srcutil import setup_source
 
+from tests.spark.test_copy_loop import _FREE, _GET, _libc  # the libpq stand-in's C types
 from walspark import compiled
 from walspark.source import ReplicationStream, StreamOptions, _libpq
 from walspark.source._libpq import CopyBoth, CopyEnded, LibpqConnectionError
@@ -27,12 +28,6 @@ pytestmark = pytest.mark.skipif(
     reason="walspark_c is not built (./dev setup builds it)",
 )
 
-_libc = ctypes.CDLL(None)
-_libc.malloc.restype = ctypes.c_void_p
-_libc.malloc.argtypes = [ctypes.c_size_t]
-_libc.free.argtypes = [ctypes.c_void_p]
-_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
-_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _WAIT, _END, _BROKEN = 0, -1, -2  # in a script: what PQgetCopyData returns instead of a message
 
 
