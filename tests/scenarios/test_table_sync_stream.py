@@ -217,6 +217,9 @@ def test_tables_added_while_streaming_are_copied_beside_the_stream(spark, pg18_d
             batches = len(run.commits())
             run.wait(lambda: len(run.commits()) >= batches + 1, "a batch after the hand-off")
         log = run.log()
+        phases = ["Spark is up (", "snapshot: copying the tables of publication pub", "streaming slot sync_slot into "]
+        at = [log.find(phase) for phase in phases]  # each phase of a first run says when it starts
+        assert -1 not in at and at == sorted(at), (at, log[:3000])
         assert "copy of public.big" in log and "public.big is in sync" in log, log[-6000:]
         assert all(w.transactions > 5 for w in writers), [w.transactions for w in writers]
         run_once(pg18_dsn, "pub", run.slot, str(target))  # drain what the streaming run had not applied

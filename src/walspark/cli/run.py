@@ -7,6 +7,7 @@ become a clean stop between batches (:class:`walspark.pipeline.StopSwitch`).
 from __future__ import annotations
 
 import signal
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -36,6 +37,7 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         from walspark.spark.session import spark_session
 
         owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
+        began = time.monotonic()
         spark = spark_session(
             "walspark-run",
             master=master,
@@ -45,6 +47,7 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         )
         if owned:
             quiet_spark_errors(spark)
+            click.echo(f"Spark is up ({time.monotonic() - began:.1f} s)", err=True)
         try:
             _run_until_done(pipeline.session(spark), once)
         finally:

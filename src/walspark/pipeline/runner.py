@@ -62,6 +62,8 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
         from walspark.spark.tablesync.state import SyncStore
 
         tracker.phase("snapshot")
+        say(f"snapshot: copying the tables of publication {settings.publication} at slot {settings.slot}'s"
+            " consistent point")  # fmt: skip
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
                               progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
         tracker.snapshot_done(len(result.tables))
@@ -83,6 +85,8 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
                               slot=settings.slot)  # fmt: skip
     spark.streams.addListener(progress.listener)
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
+    if not settings.once:
+        say(f"streaming slot {settings.slot} into {settings.target} (Ctrl-C stops after the current batch)")
     ok = False
     try:
         starts = run_queries(spark, settings, sink, sync, say, tracker, progress)
