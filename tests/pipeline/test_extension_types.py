@@ -18,38 +18,13 @@ pytestmark = pytest.mark.spark
 COLUMNS = "id, h::text, ha::text[], lt::text, la::text[], ci::text, ca::text[], v::real[]"
 
 
-def test_extension_types_and_their_arrays_replicate_through_snapshot_and_stream(spark, pg18_dsn, tmp_path):
-    from walspark import Pipeline
+def test_extension_types_and_every_type_keep_their_delta_type_from_snapshot_to_stream(spark, pg18_dsn, tmp_path):
+    """One pipeline, two tables (one pair of runs: the snapshot, then the stream's changes).
 
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        for extension in ("hstore", "ltree", "citext", "vector"):
-            conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
-        conn.execute("CREATE TABLE ext (id int PRIMARY KEY, h hstore, ha hstore[], lt ltree, la ltree[],"
-                     " ci citext, ca citext[], v vector(3))")  # fmt: skip
-        conn.execute("""INSERT INTO ext VALUES (1, 'a=>1, "b c"=>NULL', ARRAY['x=>2'::hstore, NULL], 'top.a',
-                        '{top.a,top.b.c}', 'MiXed', '{X,y}', '[1,2.5,-3]')""")
-        conn.execute("CREATE PUBLICATION extpub FOR TABLE ext")
-    target = str(tmp_path / "lake")
-    pipeline = Pipeline(spark, dsn=pg18_dsn, publication="extpub", slot="ext_slot", target=target)
-    assert pipeline.run_once().snapshot_tables == 1
-    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO ext VALUES (2, 'k=>v', '{}', 'a', ARRAY['b.c'::ltree], 'z', NULL, NULL)")
-        conn.execute("UPDATE ext SET la = '{top.z}', ha = ARRAY['y=>3'::hstore], v = '[0,0.25,7]' WHERE id = 1")
-        second = pipeline.run_once()
-        assert second.rows == 2, second
-        expected = [tuple(r) for r in conn.execute(f"SELECT {COLUMNS} FROM ext ORDER BY id").fetchall()]
-    mirror = spark.read.format("delta").load(f"{target}/public/ext")
-    types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
-    assert {c: types[c] for c in ("h", "ha", "lt", "la", "ci", "ca", "v")} == {
-        "h": "string", "ha": "array<string>", "lt": "string", "la": "array<string>", "ci": "string",
-        "ca": "array<string>", "v": "array<float>"}, types  # fmt: skip
-    got = [tuple(r) for r in mirror.select("id", "h", "ha", "lt", "la", "ci", "ca", "v").orderBy("id").collect()]
-    assert got == expected
-
-
-def test_every_type_keeps_its_delta_type_from_the_snapshot_to_the_stream(spark, pg18_dsn, tmp_path):
-    """A column of every type the value tests know (built-in, user, extension): the snapshot's
-    Delta schema is the one the stream's changes are applied to, unchanged."""
+    ``ext``: extension types and arrays of them, each typed alike by the copy and by the changes,
+    and their values equal to the server's text. ``every``: a column of every type the value tests
+    know (built-in, user, extension): the snapshot's Delta schema is the one the stream's changes
+    are applied to, unchanged."""
     from tests.values.test_fidelity_server import CASES
     from walspark import Pipeline
 
@@ -62,21 +37,36 @@ def test_every_type_keeps_its_delta_type_from_the_snapshot_to_the_stream(spark, 
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         for extension in ("hstore", "ltree", "citext", "vector"):
             conn.execute(f"CREATE EXTENSION IF NOT EXISTS {extension}")
+        conn.execute("CREATE TABLE ext (id int PRIMARY KEY, h hstore, ha hstore[], lt ltree, la ltree[],"
+                     " ci citext, ca citext[], v vector(3))")  # fmt: skip
+        conn.execute("""INSERT INTO ext VALUES (1, 'a=>1, "b c"=>NULL', ARRAY['x=>2'::hstore, NULL], 'top.a',
+                        '{top.a,top.b.c}', 'MiXed', '{X,y}', '[1,2.5,-3]')""")
         conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok')")
         conn.execute("CREATE DOMAIN price AS numeric(8,2)")
         conn.execute("CREATE TYPE item AS (n int, s text)")
         conn.execute("CREATE TYPE floatrange AS RANGE (subtype = float8)")
         conn.execute(f"CREATE TABLE every (id int PRIMARY KEY, {columns})")
         conn.execute(f"INSERT INTO every VALUES ({values})", [1, *literals])
-        conn.execute("CREATE PUBLICATION everypub FOR TABLE every")
+        conn.execute("CREATE PUBLICATION extpub FOR TABLE ext, every")
     target = str(tmp_path / "lake")
-    pipeline = Pipeline(spark, dsn=pg18_dsn, publication="everypub", slot="every_slot", target=target)
-    assert pipeline.run_once().snapshot_tables == 1
+    pipeline = Pipeline(spark, dsn=pg18_dsn, publication="extpub", slot="ext_slot", target=target)
+    assert pipeline.run_once().snapshot_tables == 2
     copied = spark.read.format("delta").load(f"{target}/public/every").schema
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO ext VALUES (2, 'k=>v', '{}', 'a', ARRAY['b.c'::ltree], 'z', NULL, NULL)")
+        conn.execute("UPDATE ext SET la = '{top.z}', ha = ARRAY['y=>3'::hstore], v = '[0,0.25,7]' WHERE id = 1")
         conn.execute(f"INSERT INTO every VALUES ({values})", [2, *literals])
         conn.execute("UPDATE every SET c0 = NOT c0 WHERE id = 1")
-    assert pipeline.run_once().rows == 2
-    mirror = spark.read.format("delta").load(f"{target}/public/every")
-    assert [(f.name, f.dataType) for f in mirror.schema.fields] == [(f.name, f.dataType) for f in copied.fields]
-    assert mirror.count() == 2
+        second = pipeline.run_once()
+        assert second.rows == 4, second
+        expected = [tuple(r) for r in conn.execute(f"SELECT {COLUMNS} FROM ext ORDER BY id").fetchall()]
+    mirror = spark.read.format("delta").load(f"{target}/public/ext")
+    types_of = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
+    assert {c: types_of[c] for c in ("h", "ha", "lt", "la", "ci", "ca", "v")} == {
+        "h": "string", "ha": "array<string>", "lt": "string", "la": "array<string>", "ci": "string",
+        "ca": "array<string>", "v": "array<float>"}, types_of  # fmt: skip
+    got = [tuple(r) for r in mirror.select("id", "h", "ha", "lt", "la", "ci", "ca", "v").orderBy("id").collect()]
+    assert got == expected
+    every = spark.read.format("delta").load(f"{target}/public/every")
+    assert [(f.name, f.dataType) for f in every.schema.fields] == [(f.name, f.dataType) for f in copied.fields]
+    assert every.count() == 2
