@@ -10,12 +10,13 @@ identity index switches to another unique index; ``dropped_cols``: FULL and a dr
 dropped to NOTHING. Every scenario runs twice: with a ``walspark run --once`` after each step,
 and as one backlog (snapshot, then every step in one run), so changes made under several
 identities arrive in one batch. The zero-column table comes from ``001_rep_changes.pl``
-(``tab_no_col``).
+(``tab_no_col``); on PostgreSQL 18 it runs in the same pipeline as the identity changes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import zip_longest
 
 import psycopg
 import pytest
@@ -155,11 +156,6 @@ def _play(dsn: str, spark, target: str, workload: Workload, *, backlog: bool) ->
 
 
 @pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
-def test_identity_changes_pg18(spark, pg18_dsn, tmp_path, backlog):
-    _play(pg18_dsn, spark, str(tmp_path / "lake"), IDENTITY, backlog=backlog)
-
-
-@pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
 def test_identity_changes_pg15(spark, pg15_dsn, tmp_path, backlog):
     _play(pg15_dsn, spark, str(tmp_path / "lake"), IDENTITY, backlog=backlog)
 
@@ -194,9 +190,28 @@ NO_COLUMNS = Workload(
 )
 
 
+def _side_by_side(one: Workload, other: Workload, oracle: str) -> Workload:
+    """Both workloads in one pipeline: both setups (``oracle``, the publication the oracle compares,
+    replacing theirs), then step i of each together."""
+    steps = [";".join(s for s in pair if s) for pair in zip_longest(one.steps, other.steps, fillvalue="")]
+    return Workload(setup=(*one.setup, *other.setup, oracle), steps=tuple(steps), scd2=(*one.scd2, *other.scd2),
+                    oracle="oracle", columnless=(*one.columnless, *other.columnless))  # fmt: skip
+
+
+#: On PostgreSQL 18, the identity changes and the tables without columns run in one pipeline
+#: (``pub``, both publications' tables); the oracle compares every table with columns.
+IDENTITY_AND_NO_COLUMNS = _side_by_side(
+    IDENTITY,
+    replace(NO_COLUMNS, setup=tuple(sql.replace("CREATE PUBLICATION pub FOR TABLE", "ALTER PUBLICATION pub ADD TABLE")
+                                    for sql in NO_COLUMNS.setup if not sql.startswith("CREATE PUBLICATION oracle"))),
+    "CREATE PUBLICATION oracle FOR TABLE tab_replidentity_index, tab6 (a, b), tab7 (a, b), full_default,"
+    " test_replica_id_full, pk_added, to_nothing, tab_ins",
+)
+
+
 @pytest.mark.parametrize("backlog", [True, False], ids=["backlog", "stepwise"])
-def test_table_without_columns_pg18(spark, pg18_dsn, tmp_path, backlog):
-    _play(pg18_dsn, spark, str(tmp_path / "lake"), NO_COLUMNS, backlog=backlog)
+def test_identity_changes_and_tables_without_columns_pg18(spark, pg18_dsn, tmp_path, backlog):
+    _play(pg18_dsn, spark, str(tmp_path / "lake"), IDENTITY_AND_NO_COLUMNS, backlog=backlog)
 
 
 @pytest.mark.parametrize("server", ["pg18_dsn", "pg15_dsn"])
