@@ -579,6 +579,28 @@ def test_schema_evolution_add_drop_widen_and_incompatible(source_factory, spark,
     assert spark.sql(f"DESCRIBE HISTORY delta.`{path}`").count() == before
 
 
+def test_a_new_column_of_a_plain_table_is_added_from_the_driver(source_factory, spark, tmp_path):
+    """ADD COLUMN on a table delta-rs writes as Spark does is committed with delta-rs (no Spark job,
+    milliseconds, where Spark's ALTER TABLE costs seconds); Spark reads the table with its new
+    columns, equal to the source. (Tables with column mapping get theirs from Spark: the
+    re-added column of tests/scenarios/test_readers.py.)"""
+    src = source_factory("CREATE TABLE t (id int PRIMARY KEY, a int)")
+    target = str(tmp_path / "lake")
+    path = f"{target}/public/t"
+    src.sql("INSERT INTO t VALUES (1, 1), (2, 2)")
+    src.apply(target)
+    src.sql("ALTER TABLE t ADD COLUMN c numeric(6,2), ADD COLUMN d text[]", "UPDATE t SET c = 1.5, d = '{x,y}' WHERE id = 1")
+    src.apply(target)
+    src.sql("ALTER TABLE t ADD COLUMN ts timestamp", "UPDATE t SET ts = '2026-01-02 03:04:05.678901' WHERE id = 2")
+    src.apply(target)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    adds = [(r.engineInfo or "", r.operation) for r in history if "ADD COLUMN" in r.operation]
+    assert len(adds) == 2 and all(engine.startswith("delta-rs") for engine, _ in adds), adds
+    schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
+    assert schema == {"id": "int", "a": "int", "c": "decimal(6,2)", "d": "array<string>", "ts": "timestamp"}
+    assert canon(delta_rows(spark, path)) == canon(src.rows("t"))
+
+
 def test_insert_only_batches_append_into_evolved_tables(source_factory, spark, tmp_path):
     """A batch of only inserts is appended, not merged: into a table with a dropped column
     (left NULL) and a column the target had widened (the narrower batch is cast up)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -23,7 +23,16 @@ from walspark.spark.lake.driver_log import local_path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DRIVER_MERGE_ROWS", "apply", "collect_small", "fold", "multiset_counts", "plain", "writable"]
+__all__ = [
+    "DRIVER_MERGE_ROWS",
+    "apply",
+    "collect_small",
+    "fold",
+    "multiset_counts",
+    "plain",
+    "set_properties",
+    "writable",
+]
 
 #: Most change rows a batch may have to be applied from the driver (default 10,000); ``0``: never.
 DRIVER_MERGE_ROWS = "WALSPARK_DRIVER_MERGE_ROWS"
@@ -95,6 +104,59 @@ def writable(table) -> bool:
         return False
     config = table.metadata().configuration
     return not any(config.get(p, "false").lower() == "true" for p in _UNSAFE_PROPERTIES)
+
+
+def set_properties(path: str, properties: dict[str, str]) -> bool:
+    """Set table properties of a local table that delta-rs writes as Spark does, in one delta-rs
+    commit (milliseconds, where Spark's ``ALTER TABLE ... SET TBLPROPERTIES`` costs seconds of
+    jobs); False: not done, for Spark to do."""
+    return _alter(path, lambda table: table.alter.set_table_properties(properties, raise_if_not_exists=False))
+
+
+def add_columns(path: str, fields: Sequence[dict]) -> bool:
+    """Add nullable columns (Delta schema JSON of each field) to a local table that delta-rs writes
+    as Spark does and that names its columns by their names (no column mapping), in one delta-rs
+    commit; False: not done, for Spark's ``ALTER TABLE ... ADD COLUMNS``. A type whose column
+    would need a protocol feature (``timestamp_ntz``) is left to Spark, which adds the feature."""
+    import json
+
+    if any("timestamp_ntz" in json.dumps(f["type"]) for f in fields):
+        return False
+
+    def add(table) -> None:
+        from deltalake.schema import Field
+
+        if table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":
+            raise _NotHere("column mapping")
+        table.alter.add_columns([Field.from_json(json.dumps({**f, "nullable": True})) for f in fields])
+
+    return _alter(path, add)
+
+
+class _NotHere(Exception):
+    """A change this module leaves to Spark."""
+
+
+def _alter(path: str, change: Callable[[Any], None]) -> bool:
+    """Make a metadata ``change`` to a local table with delta-rs where it writes the table as Spark
+    does; False where it is not done here (the table is left as it was), for Spark to do."""
+    local = local_path(path)
+    if local is None or row_limit() == 0:
+        return False
+    try:
+        identity, table = _open(local)
+    except Exception as exc:  # noqa: BLE001 - not readable here: Spark's to do
+        log.debug("delta-rs cannot open %s: %s", path, exc)
+        return False
+    if not writable(table):
+        return False
+    try:
+        change(table)
+    except Exception as exc:  # noqa: BLE001 - refused before it committed: Spark's to do
+        log.debug("delta-rs leaves a metadata change of %s to Spark: %s", path, exc)
+        return False
+    _keep(local, identity, table)
+    return True
 
 
 def _key_types_ok(rows: pa.Table, keys: Sequence[str]) -> bool:

@@ -209,7 +209,24 @@ class TargetTable:
         text = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
         self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ({text})")
 
+    def add_columns(self, fields: Sequence[StructField], ddl: Sequence[tuple[str, str]] = ()) -> None:
+        """Add nullable columns: ``fields``, then ``ddl``'s (name, Spark SQL type). From the driver
+        with delta-rs where it writes the table as Spark does and only ``fields`` are added, else
+        with Spark's ``ALTER TABLE ... ADD COLUMNS``."""
+        from walspark.spark.lake import driver_merge
+
+        if not ddl and driver_merge.add_columns(self.path, [{**f.jsonValue(), "metadata": {}} for f in fields]):
+            return
+        cols = [(f.name, f.dataType.simpleString()) for f in fields] + list(ddl)
+        self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({', '.join(f'{quote(n)} {t}' for n, t in cols)})")
+
     def set_column_ids(self, ids: ColumnIds) -> None:
+        """Record the columns' attnums in the table's properties: from the driver with delta-rs
+        where it writes the table as Spark does, else with Spark."""
+        from walspark.spark.lake import driver_merge
+
+        if driver_merge.set_properties(self.path, {ATTNUMS_PROPERTY: ids.to_json()}):
+            return
         self.spark.sql(
             f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES "
             f"({sql_string(ATTNUMS_PROPERTY)} = {sql_string(ids.to_json())})"
@@ -289,8 +306,7 @@ class TargetTable:
             if reason is not None:
                 self.require_column_mapping(reason)
             log.warning("%s: adding columns %s", self.qualified, [name for name, _ in new_cols])
-            cols = ", ".join(f"{quote(name)} {ddl}" for name, ddl in new_cols)
-            self.spark.sql(f"ALTER TABLE {self.sql_name} ADD COLUMNS ({cols})")
+            self.add_columns(added, [(name, ddl) for name, ddl in extra_ddl if name not in current])
         extra = {name for name, _ in extra_ddl}
         schema: dict[str, DataType | None] = {
             name: None if name in extra else f.dataType for name, f in current.items()
@@ -562,8 +578,7 @@ def _follow(tgt: TargetTable, fields: Sequence[StructField]) -> ColumnIds:
         tgt.spark.sql(f"ALTER TABLE {tgt.sql_name} RENAME COLUMN {quote(f'__ws_rename_{i}')} TO {quote(new)}")
     if plan.added:
         log.warning("%s: adding columns %s", tgt.qualified, [f.name for f in plan.added])
-        cols = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in plan.added)
-        tgt.spark.sql(f"ALTER TABLE {tgt.sql_name} ADD COLUMNS ({cols})")
+        tgt.add_columns(plan.added)
     if fill:
         _fill_missing(tgt, fill)
     tgt.set_column_ids(plan.ids)
