@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "DRIVER_MERGE_ROWS",
+    "add_columns",
     "apply",
     "collect_small",
     "fold",
@@ -126,20 +127,15 @@ def add_columns(path: str, fields: Sequence[dict]) -> bool:
     def add(table) -> None:
         from deltalake.schema import Field
 
-        if table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none":
-            raise _NotHere("column mapping")
         table.alter.add_columns([Field.from_json(json.dumps({**f, "nullable": True})) for f in fields])
 
-    return _alter(path, add)
+    return _alter(path, add, plain_names=True)
 
 
-class _NotHere(Exception):
-    """A change this module leaves to Spark."""
-
-
-def _alter(path: str, change: Callable[[Any], None]) -> bool:
+def _alter(path: str, change: Callable[[Any], None], *, plain_names: bool = False) -> bool:
     """Make a metadata ``change`` to a local table with delta-rs where it writes the table as Spark
-    does; False where it is not done here (the table is left as it was), for Spark to do."""
+    does (and, with ``plain_names``, names its columns without column mapping); False where it is
+    not done here (the table is left as it was), for Spark to do."""
     local = local_path(path)
     if local is None or row_limit() == 0:
         return False
@@ -148,7 +144,9 @@ def _alter(path: str, change: Callable[[Any], None]) -> bool:
     except Exception as exc:  # noqa: BLE001 - not readable here: Spark's to do
         log.debug("delta-rs cannot open %s: %s", path, exc)
         return False
-    if not writable(table):
+    if not writable(table) or (
+        plain_names and table.metadata().configuration.get("delta.columnMapping.mode", "none") != "none"
+    ):
         return False
     try:
         change(table)
