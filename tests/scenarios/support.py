@@ -464,6 +464,11 @@ def oracle_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
     for name, kind in user_types:
         if kind == "c":
             register_composite(CompositeInfo.fetch(conn, name), cur)
+    hstore = TypeInfo.fetch(conn, "hstore")
+    if hstore is not None:  # hstore -> dict (and its arrays), as Spark reads a map
+        from psycopg.types.hstore import register_hstore
+
+        register_hstore(hstore, cur)
     return cur
 
 

@@ -315,6 +315,43 @@ def test_extension_types_the_catalog_names_are_text_without_a_warning(conn: Any)
     assert reg.type_name(oid) == "public.hstore"
 
 
+def test_hstore_is_a_map_of_strings_in_both_formats(conn: Any) -> None:
+    """hstore -> map<string,string>: every pair of the server's value, NULL values kept (a quoted
+    "NULL" is a string), in the server's order, alike from hstore_out's text and hstore_send's
+    bytes; the server builds each value from its pairs (``hstore(keys, values)``), so the
+    expected pairs are known without parsing anything. Arrays of hstore keep their NULL elements."""
+    import random
+
+    conn.execute("CREATE EXTENSION IF NOT EXISTS hstore")
+    conn.execute("CREATE TABLE hs (i int, v hstore, va hstore[])")
+    rng = random.Random(36)
+    alphabet = ['a', 'B', ' ', '"', '\\', '=', '>', ',', 'é', '€', '\n', 'NULL', '']
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
+    expected = []
+    for i in range(150):
+        pairs = {text(): rng.choice([None, text(), "NULL"]) for _ in range(rng.randrange(5))}
+        expected.append(pairs)
+        conn.execute("INSERT INTO hs VALUES (%s, hstore(%s::text[], %s::text[]), ARRAY[hstore(%s::text[], %s::text[]), NULL])",
+                     [i, list(pairs), list(pairs.values()), list(pairs), list(pairs.values())])  # fmt: skip
+    reg = TypeRegistry()
+    register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall())
+    oid, typmod, rows = _raw_rows(conn, "hs")
+    codec = reg.resolve(oid, typmod)
+    assert reg.is_known(oid) and codec.arrow_type == pa.map_(pa.string(), pa.string())
+    for (t, b), pairs in zip(rows, expected, strict=True):
+        assert codec.decode_text(t) == codec.decode_binary(b) == pairs, (t, pairs)
+        assert codec.arrow_from_text([t]).to_pylist() == codec.arrow_from_binary([b]).to_pylist()
+        assert sorted(codec.arrow_from_text([t]).to_pylist()[0]) == sorted(pairs.items())
+    oid, typmod, rows = _raw_rows(conn, "hs", "va")
+    codec = reg.resolve(oid, typmod)
+    for (t, b), pairs in zip(rows, expected, strict=True):
+        assert codec.decode_text(t) == codec.decode_binary(b) == [pairs, None], (t, pairs)
+        assert codec.arrow_from_text([t]).equals(codec.arrow_from_binary([b]))
+    with pytest.raises(ValueConversionError):
+        reg.resolve(oid).decode_text(b'{"\\"a\\"=>"1", "b"}')  # a key without its value
+
+
 def test_pgvector_types_are_float_arrays_in_both_formats(conn: Any) -> None:
     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     conn.execute("CREATE TABLE vec (i int, v vector(3), h halfvec(3), va vector[])")

@@ -45,7 +45,7 @@ TEXT_LIKE_EXTENSION_TYPES = frozenset({"citext"})
 def register_catalog_rows(registry: TypeRegistry, rows: Iterable[Any]) -> int:
     """Register every type in the rows of :data:`TYPE_CATALOG_QUERY`; returns the count.
 
-    Other extension base types (PostGIS, hstore, ...) keep the unknown-type fallback (their text),
+    Other extension base types (PostGIS, ltree, isbn, ...) keep the unknown-type fallback (their text),
     named and without its warning, since the catalog says what they are; their arrays are arrays
     of it, as pgoutput's text form has them.
     """

@@ -483,7 +483,7 @@ class TypeRegistry:
         self._register(oid, _Extension(name, factory), array_oid)
 
     def register_opaque(self, oid: int) -> None:
-        """An extension base type the catalog names but walspark has no codec for (hstore, ltree,
+        """An extension base type the catalog names but walspark has no codec for (ltree, isbn,
         PostGIS ...): kept as an unknown type is (its text, or its bytes in binary mode), on
         purpose, so without the unknown-type warning."""
         self._opaque.add(oid)

@@ -49,6 +49,8 @@ def spark_type(arrow_type: pa.DataType) -> DataType:
         return T.TimestampType() if t.tz is not None else T.TimestampNTZType()
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return T.ArrayType(spark_type(t.value_type), containsNull=True)
+    if pa.types.is_map(t):
+        return T.MapType(spark_type(t.key_type), spark_type(t.item_type), valueContainsNull=True)
     if pa.types.is_struct(t):
         return T.StructType(
             [T.StructField(t.field(i).name, spark_type(t.field(i).type), True) for i in range(t.num_fields)]

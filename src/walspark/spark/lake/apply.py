@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from walspark.spark.lake.progress import ProgressRow
 
 from walspark.spark.lake import driver_merge
-from walspark.spark.lake.columns import ROW_MARKER, SCD2_DDL, Mode, lsn_literal_order
+from walspark.spark.lake.columns import ROW_MARKER, SCD2_DDL, Mode, has_map, lsn_literal_order
 from walspark.spark.lake.evolution import (
+    SchemaEvolutionError,
     TargetTable,
     follow_ddl,
 )
@@ -49,6 +50,11 @@ log = logging.getLogger(__name__)
 #: Tables already warned of in this process as applied append-only (they have no key): a
 #: pipeline applies such a table at every batch, and one warning says it all.
 _KEYLESS_WARNED: set[str] = set()
+
+
+class UnmatchableKey(SchemaEvolutionError):
+    """A table's changes are matched on a map column (hstore) in a way walspark does not compare
+    maps: a key of its own, or whole rows of an SCD2 history."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +162,13 @@ def apply_table(
     missing = [k for k in facts.keys if k not in names]
     if missing:
         raise ValueError(f"{schema}.{name}: key columns {missing} are not columns of the change rows")
+    maps = [f.name for f in fields if f.name in facts.keys and has_map(f.dataType)]
+    if maps and (mode == "scd2" or set(facts.keys) != set(names)):
+        raise UnmatchableKey(
+            f"{schema}.{name}: its changes are matched on {maps}, which hold hstore maps; walspark matches"
+            " maps only on whole rows (REPLICA IDENTITY FULL) of a mirror. Fix: a primary key or REPLICA"
+            " IDENTITY USING INDEX without hstore columns, or the table without --scd2"
+        )
     tgt = TargetTable(spark, path, f"{schema}.{name}")
     rows, fields = follow_ddl(tgt, rows, fields, known)  # renames, drops and re-adds, new columns' old rows
     note = json.dumps({"app_id": app_id, "batch_id": batch_id, "commit_lsn": facts.max_commit_lsn})

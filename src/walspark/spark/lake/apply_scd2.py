@@ -19,6 +19,7 @@ from walspark.spark.lake.columns import (
     START_AT,
     VALIDITY_DDL,
     key_column,
+    key_condition,
     ref,
     validity_struct,
     value_column,
@@ -197,7 +198,7 @@ def apply_scd2(tgt: TargetTable, rows: DataFrame, facts: BatchFacts, fields: Seq
         source = opens.unionByName(closes, allowMissingColumns=True)
         on = " AND ".join(
             [f"s.{action} = 'close'", f"{ref('t', END_AT)} IS NULL"]
-            + [f"{ref('t', k)} <=> {ref('s', sk)}" for k, sk in zip(facts.keys, keys, strict=True)]
+            + [key_condition(facts.keys, keys, {f.name: f.dataType for f in fields})]
         )
         merge = (
             DeltaTable.forPath(tgt.spark, tgt.path)

@@ -8,11 +8,12 @@ null-safe key conditions, and the total order of a batch's changes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import DataType
 
 
 from walspark.changes.rows import ENVELOPE, UNCHANGED_FIELD
@@ -60,12 +61,56 @@ def ref(alias: str, name: str) -> str:
     return f"{alias}.{quote(name)}"
 
 
-def key_condition(keys: Sequence[str], source_keys: Sequence[str] | None = None) -> str:
-    """Null-safe key match of target ``t`` and source ``s`` (``false`` without a key)."""
+def key_condition(
+    keys: Sequence[str], source_keys: Sequence[str] | None = None, types: Mapping[str, DataType] | None = None
+) -> str:
+    """Null-safe key match of target ``t`` and source ``s`` (``false`` without a key); ``types``
+    (the target's column types) lets a key hold a map (see :func:`same`)."""
     if not keys:
         return "false"
     source_keys = source_keys or [key_column(i) for i in range(len(keys))]
-    return " AND ".join(f"{ref('t', k)} <=> {ref('s', sk)}" for k, sk in zip(keys, source_keys, strict=True))
+    types = types or {}
+    return " AND ".join(same(ref("t", k), ref("s", sk), types.get(k)) for k, sk in zip(keys, source_keys, strict=True))
+
+
+def has_map(dtype: DataType | None) -> bool:
+    """Whether a Spark type holds a map (hstore), at any depth."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(dtype, MapType):
+        return True
+    if isinstance(dtype, ArrayType):
+        return has_map(dtype.elementType)
+    if isinstance(dtype, StructType):
+        return any(has_map(f.dataType) for f in dtype.fields)
+    return False
+
+
+def comparable(expr: str, dtype: DataType | None, depth: int = 0) -> str:
+    """SQL of ``expr`` in a form ``<=>`` accepts. Spark cannot compare maps (hstore's type) though it
+    groups by them, so a map, at any depth, is compared as its entries sorted by key; every other
+    value as it is."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if not has_map(dtype):
+        return expr
+    var = f"{_P}e{depth}"
+    if isinstance(dtype, MapType):
+        if not has_map(dtype.valueType):
+            return f"array_sort(map_entries({expr}))"
+        value = comparable(f"{var}.value", dtype.valueType, depth + 1)
+        return f"array_sort(transform(map_entries({expr}), {var} -> struct({var}.key AS key, {value} AS value)))"
+    if isinstance(dtype, ArrayType):
+        return f"transform({expr}, {var} -> {comparable(var, dtype.elementType, depth + 1)})"
+    assert isinstance(dtype, StructType)
+    fields = ", ".join(f"{comparable(f'{expr}.{quote(f.name)}', f.dataType, depth + 1)} AS {quote(f.name)}"
+                       for f in dtype.fields)  # fmt: skip
+    return f"IF({expr} IS NULL, NULL, struct({fields}))"
+
+
+def same(left: str, right: str, dtype: DataType | None) -> str:
+    """``left <=> right`` (SQL) for two values of type ``dtype``, maps included (:func:`comparable`)."""
+    return f"{comparable(left, dtype)} <=> {comparable(right, dtype)}"
 
 
 def key_column(i: int) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from walspark.spark.lake.changelog import BATCH_ID
-from walspark.spark.lake.columns import _P, ROW_MARKER, SCD2_COLUMNS, key_column, lsn_literal_order
+from walspark.spark.lake.columns import _P, ROW_MARKER, SCD2_COLUMNS, key_column, lsn_literal_order, same
 from walspark.spark.lake.facts import batch_facts
 from walspark.spark.lake.frames import row_fields
 from walspark.spark.lake.tables import quote
@@ -169,12 +169,13 @@ def _fold_multiset(current: DataFrame, rows: DataFrame, names: Sequence[str], sh
     counts = current.groupBy(*[F.col(quote(c)).alias(f"{_P}c{i}") for i, c in enumerate(names)]).agg(
         F.count(F.lit(1)).alias(f"{_P}tn")
     )
-    on = _all([F.col(v).eqNullSafe(F.col(f"{_P}c{i}")) for i, v in enumerate(values)])
+    types = [current.schema[c].dataType for c in names]
+    on = F.expr(" AND ".join(same(v, f"{_P}c{i}", types[i]) for i, v in enumerate(values)))
     counted = deltas.join(counts, on, "left").withColumn(
         f"{_P}final", F.when(n < 0, F.coalesce(F.col(f"{_P}tn"), F.lit(0)) + n).otherwise(n)
     )
     removed = counted.where(n < 0).select(*values)
-    kept = current.join(removed, _all([F.col(quote(c)).eqNullSafe(F.col(v)) for c, v in zip(names, values)]),
+    kept = current.join(removed, F.expr(" AND ".join(same(quote(c), v, t) for c, v, t in zip(names, values, types))),
                         "left_anti")  # fmt: skip
     added = counted.where(final > 0).select(
         *[F.col(v).alias(c) for c, v in zip(names, values)], F.explode(F.sequence(F.lit(1), final)).alias(f"{_P}copy")

@@ -7,9 +7,7 @@ of inserts only, and the multiset MERGE of a table without a key or with REPLICA
 
 from __future__ import annotations
 
-import functools
 import logging
-import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -25,6 +23,7 @@ from walspark.spark.lake.columns import (
     _USER_METADATA,
     key_condition,
     ref,
+    same,
 )
 from walspark.spark.lake.evolution import (
     TargetTable,
@@ -143,6 +142,7 @@ def merge_multiset(target: TargetTable, rows: DataFrame, names: Sequence[str], d
 
     n, final, action = f"{_P}n", f"{_P}final", f"{_P}action"
     deltas = multiset_deltas(rows, names).where(F.col(n) != 0)
+    types = {f.name: f.dataType for f in deltas.schema.fields}
     if truncated:  # the changes after the truncate apply to an empty table
         counted = deltas.withColumn(final, F.col(n))
     else:
@@ -150,9 +150,7 @@ def merge_multiset(target: TargetTable, rows: DataFrame, names: Sequence[str], d
         current = current.groupBy(*[F.col(quote(c)).alias(f"{_P}t{i}") for i, c in enumerate(names)]).agg(
             F.count(F.lit(1)).alias(f"{_P}tn")
         )
-        match = functools.reduce(
-            operator.and_, [deltas[quote(c)].eqNullSafe(current[f"{_P}t{i}"]) for i, c in enumerate(names)]
-        )
+        match = F.expr(" AND ".join(same(quote(c), f"{_P}t{i}", types[c]) for i, c in enumerate(names)))
         counted = deltas.join(current, match, "left").withColumn(
             final, F.when(F.col(n) < 0, F.coalesce(F.col(f"{_P}tn"), F.lit(0)) + F.col(n)).otherwise(F.col(n))
         )
@@ -162,7 +160,7 @@ def merge_multiset(target: TargetTable, rows: DataFrame, names: Sequence[str], d
         *value_cols, F.lit("insert").alias(action), F.explode(F.sequence(F.lit(1), F.col(final))).alias(f"{_P}copy")
     )
     source = inserts.drop(f"{_P}copy").unionByName(removals)
-    on = f"s.{action} = 'match' AND " + key_condition(names, names)
+    on = f"s.{action} = 'match' AND " + key_condition(names, names, types)
     merge = (
         DeltaTable.forPath(target.spark, target.path)
         .alias("t")
