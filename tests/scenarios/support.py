@@ -442,6 +442,8 @@ def oracle_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
     cur = conn.cursor()
     adapters = cur.adapters
     adapters.register_loader("interval", _IntervalPartsLoader)
+    for name in ("json", "jsonb"):  # the server's text, as walspark keeps them
+        adapters.register_loader(name, TextLoader)
     for name in ("date", "timestamp", "timestamptz"):
         adapters.register_loader(name, _infinity_aware(adapters.get_loader(adapters.types[name].oid, Format.TEXT)))
     user_types = conn.execute(

@@ -300,9 +300,9 @@ def test_unknown_extension_type_falls_back(conn: Any) -> None:
 
 
 def test_extension_types_the_catalog_names_are_text_without_a_warning(conn: Any) -> None:
-    conn.execute("CREATE EXTENSION IF NOT EXISTS hstore")
-    conn.execute("CREATE TABLE hx (i int, v hstore)")
-    conn.execute("""INSERT INTO hx VALUES (1, 'a=>1, "b c"=>NULL')""")
+    conn.execute("CREATE EXTENSION IF NOT EXISTS ltree")
+    conn.execute("CREATE TABLE hx (i int, v ltree)")
+    conn.execute("""INSERT INTO hx VALUES (1, 'top.a_b.c')""")
     oid, typmod, rows = _raw_rows(conn, "hx")
     reg = TypeRegistry()
     register_catalog_rows(reg, conn.execute(TYPE_CATALOG_QUERY).fetchall())
@@ -312,7 +312,7 @@ def test_extension_types_the_catalog_names_are_text_without_a_warning(conn: Any)
         codec = reg.resolve(oid, typmod)
     (t, _), = rows
     assert codec.arrow_from_text([t]).to_pylist() == [t.decode()]
-    assert reg.type_name(oid) == "public.hstore"
+    assert reg.type_name(oid) == "public.ltree"
 
 
 def test_hstore_is_a_map_of_strings_in_both_formats(conn: Any) -> None:
