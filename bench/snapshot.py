@@ -7,7 +7,9 @@ key, an int, a short text, a timestamptz, a numeric), then measures, in this ord
    byte into the client (no decoding) — the fastest one connection can pull the table;
 2. **walspark snapshot**: :func:`walspark.spark.snapshot.initial.run_snapshot` on Spark ``local[*]``:
    slot creation with an exported snapshot, CTID-range tasks (binary COPY + decoding into Arrow),
-   and the Delta table written — the whole thing, wall clock;
+   and the Delta table written — the whole thing, wall clock; once as walspark writes it (each
+   task writes its Parquet file with delta-rs, the driver commits them) and once with Spark's
+   writer (``WALSPARK_SNAPSHOT_TASK_WRITES=0``: ``CREATE TABLE AS SELECT``);
 3. **walspark read only**: the same tasks into Spark's ``noop`` sink (read + decode, no Delta),
    to show what the copy itself costs apart from writing Parquet/Delta;
 4. **pg_dump**: ``pg_dump --data-only`` of the table to /dev/null, the server's own tool;
@@ -62,6 +64,7 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     ``name`` names the slots and targets, so the compiled and the pure-Python runs share the server."""
     from walspark.spark.session import spark_session
     from walspark.spark.snapshot.initial import run_snapshot
+    from walspark.spark.snapshot.task_write import TASK_WRITES
 
     spark = spark_session(f"walspark-bench-snapshot-{name}", master=master)
     # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
@@ -71,13 +74,24 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     snapshot, snapshot_cpu = time.monotonic() - started, meter.stop()
     [table] = result.tables
     assert table.rows == rows, (table.rows, rows)
+    os.environ[TASK_WRITES] = "0"  # the same snapshot, Spark writing the files (CREATE TABLE AS SELECT)
+    try:
+        started = time.monotonic()
+        meter.start()
+        result = run_snapshot(spark, dsn, "pub", f"bench_{name}_spark", os.path.join(tmp, f"{name}_spark"),
+                              partition_rows=partition_rows)  # fmt: skip
+        by_spark, by_spark_cpu = time.monotonic() - started, meter.stop()
+    finally:
+        del os.environ[TASK_WRITES]
+    assert result.tables[0].rows == rows
     meter.start()
     read = read_only(spark, dsn, partition_rows)
     read_cpu = meter.stop()
     parallelism = spark.sparkContext.defaultParallelism  # walspark's session sets 8; local[*] runs a task per core
     spark.stop()
-    return {"snapshot": snapshot, "read": read, "tasks": table.tasks, "parallelism": parallelism,
-            "cpu": {"snapshot": cpu_line(snapshot_cpu), "read only": cpu_line(read_cpu)}}
+    return {"snapshot": snapshot, "by_spark": by_spark, "read": read, "tasks": table.tasks, "parallelism": parallelism,
+            "cpu": {"snapshot (tasks write)": cpu_line(snapshot_cpu), "snapshot (Spark writes)": cpu_line(by_spark_cpu),
+                    "read only": cpu_line(read_cpu)}}  # fmt: skip
 
 
 def pg_dump(pg: Any, dsn: str) -> float:
@@ -156,8 +170,10 @@ def main() -> None:
     line("single-stream `COPY TO STDOUT` (binary, bytes read, no decoding)", "server", 1, copy_seconds)
     line("`pg_dump --data-only` to /dev/null", "server", 1, dump_seconds)
     for path, figures in runs.items():
-        line("walspark parallel snapshot (decode + Delta write, wall clock)", path, figures["tasks"],
-             figures["snapshot"])  # fmt: skip
+        line("walspark parallel snapshot (decode, tasks write Parquet, one commit; wall clock)", path,
+             figures["tasks"], figures["snapshot"])  # fmt: skip
+        line("walspark parallel snapshot, Spark writing (`CREATE TABLE AS SELECT`)", path, figures["tasks"],
+             figures["by_spark"])  # fmt: skip
         line("walspark parallel read only (decode, `noop` sink)", path, figures["tasks"], figures["read"])
     print(f"(COPY read {nbytes / 1e6:,.0f} MB)")
     print()

@@ -504,23 +504,50 @@ def test_small_tables_copied_from_the_driver_equal_spark_copies(spark, pg18_dsn:
     """A small table is written by delta-rs from the driver exactly as Spark's CREATE TABLE AS
     SELECT writes it (schema with the columns' catalog facts, protocol, properties, rows); a
     table with a type delta-rs would protect differently (timestamp without time zone), or with
-    a name that needs column mapping, is left to Spark."""
+    a name that needs column mapping, is left to Spark.
+
+    A table of several tasks (four here), with deletion vectors (the size rule at one
+    row): its tasks write its files with delta-rs and the driver commits them on the table Spark
+    made, and it equals Spark's copy too — one file per task, each with its statistics."""
+    from walspark.spark.lake.tables import DELETION_VECTORS_MIN_ROWS
     from walspark.spark.snapshot.driver_copy import DRIVER_SNAPSHOT
+    from walspark.spark.snapshot.task_write import STAGING, TASK_WRITES
 
     with _conn(pg18_dsn) as conn:
         conn.execute(MANY_TYPES)
         conn.execute('CREATE TABLE "Plain Types" AS SELECT * FROM "Many Types"')
         conn.execute('ALTER TABLE "Plain Types" DROP COLUMN ts, DROP COLUMN "Odd, (name)", ADD PRIMARY KEY (id)')  # attnums with gaps
+        conn.execute('INSERT INTO "Plain Types" (id, t) SELECT g, repeat(\'x\', 500) FROM generate_series(100000, 100100) g')
         conn.execute('CREATE PUBLICATION pub FOR TABLE "Many Types", "Plain Types"')
         run_snapshot(spark, pg18_dsn, "pub", "snap_driver", str(tmp_path / "driver"))
-        monkeypatch.setenv(DRIVER_SNAPSHOT, "0")
+        pages = conn.execute("""SELECT pg_relation_size('"Plain Types"') / 8192""").fetchone()[0]
+        per_task = max(1, pages // 4)
+        spark.conf.set(DELETION_VECTORS_MIN_ROWS, "1")
+        try:
+            run_snapshot(spark, pg18_dsn, "pub", "snap_tasks", str(tmp_path / "tasks"), partition_pages=per_task)
+            monkeypatch.setenv(DRIVER_SNAPSHOT, "0")
+            monkeypatch.setenv(TASK_WRITES, "0")
+            run_snapshot(spark, pg18_dsn, "pub", "snap_spark_tasks", str(tmp_path / "spark-tasks"),
+                         partition_pages=per_task)  # fmt: skip
+        finally:
+            spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
         run_snapshot(spark, pg18_dsn, "pub", "snap_spark", str(tmp_path / "spark"))
         expected = {t: _expected_arrow(conn, "public", t, "id") for t in ("Many Types", "Plain Types")}
-    for table, engine in (("Plain Types", "delta-rs"), ("Many Types", "Apache-Spark")):
-        ours, theirs = (_log_facts(str(tmp_path / side / "public" / table)) for side in ("driver", "spark"))
-        assert ours["engine"].startswith(engine) and theirs["engine"].startswith("Apache-Spark")
-        assert ours["protocol"] == theirs["protocol"]
-        assert ours["configuration"] == theirs["configuration"]
-        assert ours["schema"] == theirs["schema"]
-        for side in ("driver", "spark"):
-            _same(_delta_arrow(spark, str(tmp_path / side / "public" / table), "id"), expected[table])
+    for ours_side, theirs_side in (("driver", "spark"), ("tasks", "spark-tasks")):
+        for table, engine in (("Plain Types", "delta-rs" if ours_side == "driver" else "Apache-Spark"),
+                              ("Many Types", "Apache-Spark")):  # fmt: skip
+            ours, theirs = (_log_facts(str(tmp_path / side / "public" / table)) for side in (ours_side, theirs_side))
+            assert ours["engine"].startswith(engine) and theirs["engine"].startswith("Apache-Spark")
+            assert ours["protocol"] == theirs["protocol"]
+            assert ours["configuration"] == theirs["configuration"]
+            assert ours["schema"] == theirs["schema"]
+            for side in (ours_side, theirs_side):
+                _same(_delta_arrow(spark, str(tmp_path / side / "public" / table), "id"), expected[table])
+    tasks = tmp_path / "tasks" / "public" / "Plain Types"
+    assert json.loads(_log_facts(str(tasks))["configuration"].get("delta.enableDeletionVectors", "false"))
+    committed = [json.loads(line) for line in (tasks / "_delta_log" / f"{1:020}.json").read_text().splitlines()]
+    adds = [e["add"] for e in committed if "add" in e]
+    assert next(e["commitInfo"]["engineInfo"] for e in committed if "commitInfo" in e).startswith("delta-rs")
+    assert len(adds) == -(-pages // per_task) >= 4, (pages, per_task, len(adds))  # a file per task
+    assert all(json.loads(a["stats"])["numRecords"] > 0 and "minValues" in json.loads(a["stats"]) for a in adds)
+    assert not (tasks / STAGING).exists()  # what staging left is gone

@@ -29,7 +29,7 @@ from walspark.storage import StorageSettings, TargetLayout, location
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "SnapshotError",
@@ -538,10 +538,10 @@ def write_table(
     :func:`table_properties` says) and its rows one atomic Delta commit: a failed job leaves the
     previous version in place.
     A table without columns becomes its row count in marker rows (see ``apply.ROW_MARKER``).
-    A small table new to the target is copied from the driver instead (:mod:`.driver_copy`).
+    A small table new to the target is copied from the driver instead (:mod:`.driver_copy`), and
+    a big one's files are written by its tasks where delta-rs writes them as Spark would
+    (:mod:`.task_write`).
     """
-    from walspark.spark.lake.tables import properties_clause
-
     started = time.monotonic()
     if plan.columnless_rows is not None:
         from walspark.spark.lake.columns import ROW_MARKER
@@ -550,28 +550,66 @@ def write_table(
         properties = table_properties(plan, spark)
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
-        from walspark.spark.snapshot import driver_copy
+        from walspark.spark.snapshot import driver_copy, task_write
         from walspark.spark.snapshot.pgsnapshot import source_schema
 
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
-        properties = table_properties(plan, spark, source_schema(source))
+        schema = source_schema(source)
+        properties = table_properties(plan, spark, schema)
         copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)
+        if task_write.can_write(path, schema, properties):
+            return _written_by_tasks(spark, plan, source, path, properties, started, progress, poll_interval)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
-    view = f"walspark_snapshot_{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
-    df.createOrReplaceTempView(view)
-    props = properties_clause(properties)
-    group = f"walspark-snapshot-{view}"
+    with _job(spark, plan, progress, started, poll_interval):
+        _create_as_select(spark, path, df, properties)
+    return _done(plan, path, _written_rows(spark, path), started, progress)
+
+
+@contextlib.contextmanager
+def _job(spark: SparkSession, plan: TablePlan, progress: ProgressCallback | None, started: float,
+         poll_interval: float) -> Iterator[None]:  # fmt: skip
+    """The Spark jobs run inside: one job group named for the table, its tasks reported (:func:`_watch`)."""
+    group = f"walspark-snapshot-{abs(hash((plan.schema, plan.table, time.monotonic_ns())))}"
     sc = spark.sparkContext
     sc.setJobGroup(group, f"walspark snapshot of {plan.qualified}", interruptOnCancel=True)
     try:
         with _watch(spark, group, plan, progress, started, poll_interval):
-            spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta{props} AS SELECT * FROM `{view}`")
+            yield
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+def _create_as_select(spark: SparkSession, path: str, df: DataFrame, properties: dict[str, str]) -> None:
+    """``CREATE OR REPLACE TABLE delta.`path` ... AS SELECT`` of ``df``: the table's features as
+    ``properties`` say, its rows, one atomic commit replacing whatever was there."""
+    from walspark.spark.lake.tables import properties_clause
+
+    view = f"walspark_snapshot_{abs(hash((path, time.monotonic_ns())))}"
+    df.createOrReplaceTempView(view)
+    try:
+        spark.sql(f"CREATE OR REPLACE TABLE {_sql_path(path)} USING delta{properties_clause(properties)}"
+                  f" AS SELECT * FROM `{view}`")  # fmt: skip
+    finally:
         spark.catalog.dropTempView(view)
-    return _done(plan, path, _written_rows(spark, path), started, progress)
+
+
+def _written_by_tasks(spark: SparkSession, plan: TablePlan, source: SnapshotSourcePlan, path: str,
+                      properties: dict[str, str], started: float, progress: ProgressCallback | None,
+                      poll_interval: float) -> TableSnapshot:  # fmt: skip
+    """The table made empty by Spark, exactly as its copy would make it; then the tasks write its
+    files and the driver commits them (:mod:`.task_write`)."""
+    from walspark.spark.snapshot import task_write
+    from walspark.spark.snapshot.pgsnapshot import source_schema
+    from walspark.values import spark_schema
+
+    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), spark_schema(source_schema(source)))
+    _create_as_select(spark, path, empty, properties)
+    with _job(spark, plan, progress, started, poll_interval):
+        files = spark.read.format("pgsnapshot").option("plan", source.to_json()).option("stage", path).load()
+        written = files.collect()
+    return _done(plan, path, task_write.commit(path, written), started, progress)
 
 
 def _done(plan: TablePlan, path: str, rows: int, started: float, progress: ProgressCallback | None) -> TableSnapshot:

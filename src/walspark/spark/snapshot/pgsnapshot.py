@@ -625,18 +625,27 @@ def read_range(plan: SnapshotSourcePlan, rng: CtidRange, *, batch_rows: int = BA
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, plan: SnapshotSourcePlan) -> None:
-        self.plan = plan
+    def __init__(self, plan: SnapshotSourcePlan, stage: str | None) -> None:
+        self.plan, self.stage = plan, stage
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(asdict(r)) for r in self.plan.ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_range(self.plan, _range(partition.value))
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        rows = read_range(self.plan, _range(partition.value))
+        if self.stage is None:
+            yield from rows
+            return
+        from walspark.spark.snapshot.task_write import write_files
+
+        yield from write_files(rows, source_schema(self.plan), self.stage)
 
 
 class PgSnapshotDataSource(DataSource):
-    """``format("pgsnapshot")``: rows of one table as of an exported snapshot (option ``plan``)."""
+    """``format("pgsnapshot")``: rows of one table as of an exported snapshot (option ``plan``).
+
+    With the option ``stage`` (a local table path), each task writes its rows there as Parquet
+    files instead and returns the files (:mod:`.task_write`), for the driver to commit."""
 
     @classmethod
     def name(cls) -> str:
@@ -651,10 +660,14 @@ class PgSnapshotDataSource(DataSource):
     def schema(self) -> StructType:
         from walspark.values import spark_schema
 
+        if self.options.get("stage"):
+            from walspark.spark.snapshot.task_write import file_schema
+
+            return file_schema()
         return spark_schema(source_schema(self._plan()))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _Reader(self._plan())
+        return _Reader(self._plan(), self.options.get("stage") or None)
 
 
 def register(spark: Any) -> None:
