@@ -519,23 +519,25 @@ def test_small_tables_copied_from_the_driver_equal_spark_copies(spark, pg18_dsn:
         conn.execute('ALTER TABLE "Plain Types" DROP COLUMN ts, DROP COLUMN "Odd, (name)", ADD PRIMARY KEY (id)')  # attnums with gaps
         conn.execute('INSERT INTO "Plain Types" (id, t) SELECT g, repeat(\'x\', 500) FROM generate_series(100000, 100100) g')
         conn.execute('CREATE PUBLICATION pub FOR TABLE "Many Types", "Plain Types"')
+        conn.execute('CREATE PUBLICATION plain FOR TABLE "Plain Types"')
         run_snapshot(spark, pg18_dsn, "pub", "snap_driver", str(tmp_path / "driver"))
         pages = conn.execute("""SELECT pg_relation_size('"Plain Types"') / 8192""").fetchone()[0]
         per_task = max(1, pages // 4)
         spark.conf.set(DELETION_VECTORS_MIN_ROWS, "1")
         try:
-            run_snapshot(spark, pg18_dsn, "pub", "snap_tasks", str(tmp_path / "tasks"), partition_pages=per_task)
+            run_snapshot(spark, pg18_dsn, "plain", "snap_tasks", str(tmp_path / "tasks"), partition_pages=per_task)
             monkeypatch.setenv(DRIVER_SNAPSHOT, "0")
             monkeypatch.setenv(TASK_WRITES, "0")
-            run_snapshot(spark, pg18_dsn, "pub", "snap_spark_tasks", str(tmp_path / "spark-tasks"),
+            run_snapshot(spark, pg18_dsn, "plain", "snap_spark_tasks", str(tmp_path / "spark-tasks"),
                          partition_pages=per_task)  # fmt: skip
         finally:
             spark.conf.unset(DELETION_VECTORS_MIN_ROWS)
         run_snapshot(spark, pg18_dsn, "pub", "snap_spark", str(tmp_path / "spark"))
         expected = {t: _expected_arrow(conn, "public", t, "id") for t in ("Many Types", "Plain Types")}
-    for ours_side, theirs_side in (("driver", "spark"), ("tasks", "spark-tasks")):
-        for table, engine in (("Plain Types", "delta-rs" if ours_side == "driver" else "Apache-Spark"),
-                              ("Many Types", "Apache-Spark")):  # fmt: skip
+    for ours_side, theirs_side, tables in (("driver", "spark", ("Plain Types", "Many Types")),
+                                           ("tasks", "spark-tasks", ("Plain Types",))):  # fmt: skip
+        for table in tables:
+            engine = "Apache-Spark" if table == "Many Types" or ours_side == "tasks" else "delta-rs"
             ours, theirs = (_log_facts(str(tmp_path / side / "public" / table)) for side in (ours_side, theirs_side))
             assert ours["engine"].startswith(engine) and theirs["engine"].startswith("Apache-Spark")
             assert ours["protocol"] == theirs["protocol"]

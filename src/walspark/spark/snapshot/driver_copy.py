@@ -20,7 +20,17 @@ if TYPE_CHECKING:
 
     from walspark.spark.snapshot.pgsnapshot import CtidRange, SnapshotSourcePlan
 
-__all__ = ["DRIVER_SNAPSHOT", "can_create", "copy", "create", "enabled", "plain_schema", "read", "same_schema"]
+__all__ = [
+    "DRIVER_SNAPSHOT",
+    "can_create",
+    "copy",
+    "create",
+    "enabled",
+    "plain_schema",
+    "read",
+    "same_schema",
+    "tasks_may_write",
+]
 
 #: ``0`` turns driver copies off (every table of a snapshot is copied by a Spark query).
 DRIVER_SNAPSHOT = "WALSPARK_DRIVER_SNAPSHOT"
@@ -84,6 +94,16 @@ def can_create(path: str, schema: pa.Schema, properties: Mapping[str, str]) -> b
 
     plain = set(properties) <= {ATTNUMS_PROPERTY}
     return enabled(path) and plain and plain_schema(schema) and not is_delta_table(path)
+
+
+def tasks_may_write(path: str, schema: pa.Schema, properties: Mapping[str, str]) -> bool:
+    """Whether a table's tasks may write its files (:mod:`.task_write`): local, delta-rs present
+    and allowed, a plain schema (:func:`plain_schema`), and no column mapping (whose files hold
+    other column names)."""
+    from walspark.spark.snapshot.task_write import TASK_WRITES
+
+    return (os.environ.get(TASK_WRITES, "1") != "0" and enabled(path)
+            and "delta.columnMapping.mode" not in properties and plain_schema(schema))  # fmt: skip
 
 
 def create(path: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch], properties: Mapping[str, str]) -> int:

@@ -550,7 +550,7 @@ def write_table(
         properties = table_properties(plan, spark)
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
-        from walspark.spark.snapshot import driver_copy, task_write
+        from walspark.spark.snapshot import driver_copy
         from walspark.spark.snapshot.pgsnapshot import source_schema
 
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
@@ -559,7 +559,7 @@ def write_table(
         copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)
-        if task_write.can_write(path, schema, properties):
+        if driver_copy.tasks_may_write(path, schema, properties):
             return _written_by_tasks(spark, plan, source, path, properties, started, progress, poll_interval)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     with _job(spark, plan, progress, started, poll_interval):

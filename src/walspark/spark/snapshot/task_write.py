@@ -6,7 +6,7 @@ range's Arrow rows as Parquet with delta-rs (files and statistics as delta-rs wr
 driver's copies and MERGEs) and hands the driver only the files' add actions; the driver makes
 the table with Spark first (schema, protocol and properties exactly as Spark's copy has them, no
 rows) and commits every file in one delta-rs transaction after. Only where delta-rs writes the table's files
-as Spark would (:func:`.driver_copy.plain_schema`, no column mapping); everything else is Spark's.
+as Spark would (:func:`.driver_copy.tasks_may_write`); everything else is Spark's.
 See docs/design/snapshot.md.
 """
 
@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from walspark.spark.lake.driver_log import local_path
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-__all__ = ["FILE_FIELDS", "TASK_WRITES", "StagedFile", "can_write", "commit", "file_schema", "write_files"]
+__all__ = ["FILE_FIELDS", "TASK_WRITES", "StagedFile", "commit", "file_schema", "write_files"]
 
 #: ``0`` turns task writes off (Spark's ``CREATE TABLE AS SELECT`` writes every big table).
 TASK_WRITES = "WALSPARK_SNAPSHOT_TASK_WRITES"
@@ -45,15 +45,6 @@ def file_schema() -> StructType:
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     return StructType([StructField(name, StringType() if text else LongType()) for name, text in FILE_FIELDS])
-
-
-def can_write(path: str, schema: pa.Schema, properties: Mapping[str, str]) -> bool:
-    """Whether the tasks may write the table at ``path``: local, delta-rs present and allowed, a
-    plain schema, and no column mapping (whose files hold other column names)."""
-    from walspark.spark.snapshot import driver_copy
-
-    return (os.environ.get(TASK_WRITES, "1") != "0" and driver_copy.enabled(path)
-            and "delta.columnMapping.mode" not in properties and driver_copy.plain_schema(schema))  # fmt: skip
 
 
 def write_files(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str) -> list[StagedFile]:
