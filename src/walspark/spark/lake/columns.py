@@ -88,18 +88,15 @@ def has_map(dtype: DataType | None) -> bool:
 
 def comparable(expr: str, dtype: DataType | None, depth: int = 0) -> str:
     """SQL of ``expr`` in a form ``<=>`` accepts. Spark cannot compare maps (hstore's type) though it
-    groups by them, so a map, at any depth, is compared as its entries sorted by key; every other
-    value as it is."""
+    groups by them, so a map, in arrays and structs too, is compared as its entries sorted by key;
+    every other value as it is."""
     from pyspark.sql.types import ArrayType, MapType, StructType
 
     if not has_map(dtype):
         return expr
     var = f"{_P}e{depth}"
-    if isinstance(dtype, MapType):
-        if not has_map(dtype.valueType):
-            return f"array_sort(map_entries({expr}))"
-        value = comparable(f"{var}.value", dtype.valueType, depth + 1)
-        return f"array_sort(transform(map_entries({expr}), {var} -> struct({var}.key AS key, {value} AS value)))"
+    if isinstance(dtype, MapType):  # (walspark's maps hold strings: hstore)
+        return f"array_sort(map_entries({expr}))"
     if isinstance(dtype, ArrayType):
         return f"transform({expr}, {var} -> {comparable(var, dtype.elementType, depth + 1)})"
     assert isinstance(dtype, StructType)

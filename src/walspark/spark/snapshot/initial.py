@@ -560,7 +560,7 @@ def write_table(
         if copied is not None:
             return _done(plan, path, copied, started, progress)
         if driver_copy.tasks_may_write(path, schema, properties):
-            return _written_by_tasks(spark, plan, source, path, properties, started, progress, poll_interval)
+            return _written_by_tasks(spark, plan, source, schema, path, properties, started, progress, poll_interval)
         df = spark.read.format("pgsnapshot").option("plan", source.to_json()).load()
     with _job(spark, plan, progress, started, poll_interval):
         _create_as_select(spark, path, df, properties)
@@ -595,16 +595,15 @@ def _create_as_select(spark: SparkSession, path: str, df: DataFrame, properties:
         spark.catalog.dropTempView(view)
 
 
-def _written_by_tasks(spark: SparkSession, plan: TablePlan, source: SnapshotSourcePlan, path: str,
-                      properties: dict[str, str], started: float, progress: ProgressCallback | None,
+def _written_by_tasks(spark: SparkSession, plan: TablePlan, source: SnapshotSourcePlan, schema: pa.Schema,
+                      path: str, properties: dict[str, str], started: float, progress: ProgressCallback | None,
                       poll_interval: float) -> TableSnapshot:  # fmt: skip
     """The table made empty by Spark, exactly as its copy would make it; then the tasks write its
     files and the driver commits them (:mod:`.task_write`)."""
     from walspark.spark.snapshot import task_write
-    from walspark.spark.snapshot.pgsnapshot import source_schema
     from walspark.values import spark_schema
 
-    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), spark_schema(source_schema(source)))
+    empty = spark.createDataFrame(spark.sparkContext.emptyRDD(), spark_schema(schema))
     _create_as_select(spark, path, empty, properties)
     with _job(spark, plan, progress, started, poll_interval):
         files = spark.read.format("pgsnapshot").option("plan", source.to_json()).option("stage", path).load()
