@@ -128,3 +128,22 @@ def test_register_catalog_rows() -> None:
         assert reg.resolve(80013).decode_text(b'{a.b,NULL}') == ["a.b", None]  # an array of its text
     assert not reg.is_known(80012) and not reg.is_known(80013)
     assert reg.type_name(80003) == "shop.price"
+
+
+@pytest.mark.parametrize(("form", "data", "why"), [
+    ("text", b'"a"=>"1", "b"', "'=>' expected"),
+    ("text", b'"a"=>"1" "b"=>"2"', "',' expected"),
+    ("text", b'"a"=>"1', "unterminated quoted string"),
+    ("text", b'=>"1"', "a key or value expected"),
+    ("binary", b"\x00\x00\x00\x01\x00\x00\x00\x05ab", "truncated"),
+    ("binary", b"\x00\x00\x00\x01\xff\xff\xff\xff\x00\x00\x00\x00", "a NULL key"),
+    ("binary", b"\xff\xff\xff\xfe", "negative pair count"),
+    ("binary", b"\x00\x00\x00\x00\x00", "trailing bytes"),
+])  # fmt: skip
+def test_malformed_hstore_is_a_clear_error(form: str, data: bytes, why: str) -> None:
+    """A malformed hstore value, in either format, raises the values layer's error naming what is wrong."""
+    from walspark.values.errors import ValueConversionError
+    from walspark.values.extensions import decode_hstore_binary, parse_hstore
+
+    with pytest.raises(ValueConversionError, match=why):
+        (parse_hstore if form == "text" else decode_hstore_binary)(data)
