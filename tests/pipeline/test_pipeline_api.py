@@ -126,6 +126,43 @@ def test_a_run_with_nothing_or_little_to_apply_starts_no_query(spark, pg18_dsn, 
     assert len(notes) == len(set(notes)) and len(notes) >= 3, f"a batch applied twice: {sorted(notes)}"
 
 
+def _last_apply_by_delta_rs(spark, path: str) -> bool:
+    """Whether the newest commit of a batch's apply to the Delta table at ``path`` was delta-rs's."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "engineInfo", "userMetadata").collect()
+    applies = [(v, engine) for v, engine, meta in history if meta and "batch_id" in json.loads(meta)]
+    return max(applies)[1].startswith("delta-rs")
+
+
+def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(spark, pg18_dsn, tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+    """A query's batch is read on the driver from its staged segments (driver_batch.DriverReads):
+    a big one of only inserts is appended by delta-rs with no Spark job, a big MERGE is still
+    Spark's (from the query's own DataFrame), and a small table's changes are merged from the
+    driver. Every run equals the publication. (A batch over the driver's byte limit is Spark's
+    alone, as every batch of a target on object storage is: tests/scenarios/test_object_storage.py.)"""
+    _shop(pg18_dsn)
+    target = str(tmp_path / "lake")
+    pipeline = _pipeline(spark, pg18_dsn, target)
+    pipeline.run_once()  # the snapshot
+    monkeypatch.setenv("WALSPARK_DRIVER_MERGE_ROWS", "50")  # "big": over 50 rows (too many for a driver batch too)
+    orders, customers = f"{target}/public/orders", f"{target}/public/customers"
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(1001, 1300) g")
+        conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
+        run = pipeline.run_once()
+        assert run.query_starts == 1 and run.rows == 305, run
+        assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
+        assert_matches_publication(conn, spark, target, "shop", context="big inserts read on the driver")
+        conn.execute("UPDATE orders SET qty = qty + 1 WHERE id > 1100")
+        conn.execute("DELETE FROM orders WHERE id <= 10")
+        conn.execute("INSERT INTO customers VALUES (100, 'new')")
+        run = pipeline.run_once()
+        assert run.query_starts == 1 and run.rows == 211, run
+        assert not _last_apply_by_delta_rs(spark, orders), "a big MERGE is Spark's"
+        assert _last_apply_by_delta_rs(spark, customers)
+        assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
+
+
 def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")

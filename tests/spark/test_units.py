@@ -11,6 +11,7 @@ from walspark.spark.datasource.options import OptionsError, SourceOptions
 from walspark.spark.datasource.schema import parse_table_name
 from walspark.staging.offsets import (
     TxnEntry,
+    batch_range,
     from_offset,
     is_fresh,
     last_batch,
@@ -67,7 +68,10 @@ def test_a_checkpoint_begun_from_the_driver_reads_as_a_query_left_it(tmp_path: P
     assert last_committed_end(checkpoint) == 0x1_0000_00A0
     first = last_batch(checkpoint)
     assert first is not None and (first.batch_id, first.end) == (0, 0x1_0000_00A0)
+    assert batch_range(checkpoint, 0) is None  # a query's first batch starts at its source's initial offset
+    assert batch_range(checkpoint, 1) is None  # not planned yet
     assert first.log_next(0x1_0000_00B0) == 1
+    assert batch_range(checkpoint, 1) == (0x1_0000_00A0, 0x1_0000_00B0)  # planned: read on the driver from here
     first.commit_next()
     assert last_committed_end(checkpoint) == 0x1_0000_00B0
     used = tmp_path / "used"

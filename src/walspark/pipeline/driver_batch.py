@@ -28,8 +28,10 @@ __all__ = [
     "APPLIED",
     "BARRIER",
     "DRIVER_BATCH",
+    "DRIVER_READ_BYTES",
     "QUERY",
     "ArrowFrame",
+    "DriverReads",
     "Outcome",
     "apply_from_driver",
     "begin_checkpoint",
@@ -38,8 +40,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Environment variable: ``0`` makes every ``--once`` run with pending changes start the query.
+#: Environment variable: ``0`` makes every ``--once`` run with pending changes start the query,
+#: and every batch of a query read by Spark.
 DRIVER_BATCH = "WALSPARK_DRIVER_BATCH"
+#: Most bytes of staged segments a query's batch may have to be read on the driver
+#: (:class:`DriverReads`; default 256 MiB); ``0``: never.
+DRIVER_READ_BYTES = "WALSPARK_DRIVER_READ_BYTES"
+_DEFAULT_READ_BYTES = 256 << 20
 
 
 #: What :func:`apply_from_driver` left: everything applied; a schema change ahead (the batches
@@ -135,8 +142,6 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
                 tracker: Tracker) -> tuple[CommittedBatch, int] | None:  # fmt: skip
     """Plan, log, apply and commit the batch after ``last``: the committed batch and its rows, or
     None when there is none (everything up to the target applied, or a schema change ahead)."""
-    import pyarrow as pa
-
     from walspark import _injection
     from walspark.spark.datasource.schema import SchemaChangedError
     from walspark.staging.offsets import from_offset, to_offset
@@ -150,14 +155,109 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
         return None  # everything up to the target applied, or a schema change next (staging stops before it)
     batch_id = last.log_next(end)
     _injection.point("driver-batch-logged")
-    table = pa.Table.from_batches([b for p in reader.partitions(start, to_offset(end)) for b in reader.read(p)],
-                                  schema=reader.arrow_schema())  # fmt: skip
-    arrow = table.cast(arrow_schema(spark, schema))
+    table, arrow = read_rows(spark, reader, schema, reader.partitions(start, to_offset(end)))
     tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
     _injection.point("driver-batch-applied")
     last.commit_next()
     reader.commit(to_offset(end))
     return last.next(end), table.num_rows
+
+
+def read_rows(spark: SparkSession, reader: Any, schema: Any, partitions: Any) -> tuple[Any, Any]:
+    """The rows of a batch's ``partitions``, decoded here by the query's ``reader``: as the reader
+    gives them, and in the Arrow types ``DataFrame.toArrow()`` would give them."""
+    import pyarrow as pa
+
+    table = pa.Table.from_batches([b for p in partitions for b in reader.read(p)], schema=reader.arrow_schema())
+    return table, table.cast(arrow_schema(spark, schema))
+
+
+class DriverReads:
+    """A running query's micro-batches read on the driver from their staged segments (as a
+    driver batch is, :func:`read_rows`), for the sink to apply from Arrow: a big batch of inserts
+    is then appended by delta-rs without a Spark job (:mod:`walspark.spark.lake.driver_merge`),
+    where Spark would decode it in tasks, convert it, cache it, aggregate it and write it again.
+
+    Whatever the sink takes from Spark instead (a big MERGE) reads the query's own DataFrame. A
+    batch whose segments hold over :data:`DRIVER_READ_BYTES` is left to Spark alone, so the
+    driver's memory stays bounded whatever the backlog; so is every batch of a target or staging
+    directory not on local disk, and the query's first batch (its start is not in the offset log).
+    """
+
+    def __init__(self, spark: SparkSession, settings: RunSettings, options: dict[str, str], schema: Any) -> None:
+        self.spark, self.settings, self.schema = spark, settings, schema
+        self.limit = read_bytes()
+        self.on = self.enabled(settings)
+        self._options = options
+        self._reader: Any = None
+        self._types: Any = None
+
+    @staticmethod
+    def enabled(settings: RunSettings) -> bool:
+        """Whether a query of these settings has its batches read on the driver."""
+        from walspark.spark.lake.driver_merge import row_limit
+        from walspark.storage import location
+
+        return (not _turned_off() and bool(read_bytes()) and bool(row_limit())
+                and all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging)))  # fmt: skip
+
+    @staticmethod
+    def batch_bytes() -> int:
+        """The ``maxBytesPerBatch`` that keeps a query's batches readable on the driver: the
+        pgoutput bytes of its transactions, which their segments hold with Arrow's framing and
+        the tables' Relation messages, at half the segments' limit. (A transaction over it is
+        still a batch of its own, read by Spark.)"""
+        return max(read_bytes() // 2, 1)
+
+    def __call__(self, batch_id: int) -> Any:
+        """The batch's rows as ``toArrow()`` would give them, or None: Spark reads them."""
+        if not self.on:
+            return None
+        from walspark.spark.datasource.stream_reader import SegmentPartition
+        from walspark.staging.offsets import batch_range
+        from walspark.staging.segments import list_segments
+        from walspark.storage import location
+
+        span = batch_range(self.settings.checkpoint, batch_id)
+        if span is None:
+            log.debug("batch %d read by Spark: its range is not in the offset log", batch_id)
+            return None
+        start, end = span
+        segments = [
+            s.path for s in list_segments(location(self.settings.staging) / "segments") if s.overlaps(start, end)
+        ]
+        size = sum(s.size() for s in segments)
+        if size > self.limit:
+            log.debug("batch %d read by Spark: %d bytes staged, over %d", batch_id, size, self.limit)
+            return None
+        began = time.monotonic()
+        reader = self._stream_reader()
+        partition = SegmentPartition(tuple(s.uri for s in segments), start, end, self._types)
+        arrow = read_rows(self.spark, reader, self.schema, [partition])[1]
+        log.debug("batch %d read on the driver: %d rows from %d segments (%d bytes) in %.2f s",
+                  batch_id, arrow.num_rows, len(segments), size, time.monotonic() - began)  # fmt: skip
+        return arrow
+
+    def _stream_reader(self) -> Any:
+        """The query's reader, used here only to decode (it starts no stager); the catalog's user
+        types read once, as the query's own reader does at its start."""
+        if self._reader is None:
+            from walspark.source.catalog import user_types
+            from walspark.source.connect import connect_sql
+            from walspark.spark.datasource.source import PgoutputDataSource
+
+            with connect_sql(self.settings.dsn) as conn:
+                self._types = user_types(conn)
+            self._reader = PgoutputDataSource(self._options).streamReader(self.schema)
+        return self._reader
+
+
+def read_bytes() -> int:
+    """:data:`DRIVER_READ_BYTES`, or its default."""
+    try:
+        return max(int(os.environ.get(DRIVER_READ_BYTES, _DEFAULT_READ_BYTES)), 0)
+    except ValueError:
+        return _DEFAULT_READ_BYTES
 
 
 def arrow_schema(spark: SparkSession, schema: Any) -> Any:

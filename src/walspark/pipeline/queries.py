@@ -79,6 +79,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
                  tracker: Tracker | None, progress: StreamProgress | None, commits: CommitNotes) -> int:  # fmt: skip
     from pyspark.errors import StreamingQueryException
 
+    from walspark.pipeline.driver_batch import DriverReads
     from walspark.spark.datasource.schema import is_schema_change
     from walspark.spark.lake.maintenance import MaintenanceSchedule
     from walspark.staging.barrier import read_barrier
@@ -90,9 +91,6 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
     tracker = tracker or Tracker()
     progress = progress or StreamProgress(settings.dsn, say, tracker=tracker)
 
-    def apply(batch_df, batch_id: int) -> None:
-        tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id))
-
     while not settings.stop.requested.is_set():
         options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
                    "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
@@ -101,12 +99,19 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
         elif settings.change_log:  # its batches come to the driver (as Arrow): a backlog in bounded bites
             options["maxRowsPerBatch"] = str(CHANGE_LOG_BATCH_ROWS)
+        if DriverReads.enabled(settings) and "maxbytesperbatch" not in {k.lower() for k in options}:
+            options["maxBytesPerBatch"] = str(DriverReads.batch_bytes())  # read on the driver (DriverReads)
         if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
                                                         progress):  # fmt: skip
             return starts
         starts += 1
         changes = spark.readStream.format("pgoutput").options(**options).load()
         follow_catalog(spark, sink, changes.schema, sync.published())
+        reads = DriverReads(spark, settings, options, changes.schema)
+
+        def apply(batch_df, batch_id: int, reads: DriverReads = reads) -> None:
+            tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id, arrow=reads(batch_id)))
+
         writer = (
             changes.writeStream.foreachBatch(apply)
             .option("checkpointLocation", settings.checkpoint)

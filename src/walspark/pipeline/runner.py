@@ -70,6 +70,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
         SyncStore(settings.layout).reset()  # every table is freshly copied
     from walspark.spark.tablesync.sync import TableSync
+    from walspark.staging.offsets import last_committed_end
 
     sync = TableSync(spark, settings.dsn, settings.publication, settings.layout,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
@@ -84,6 +85,7 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     progress = StreamProgress(settings.dsn, say, query_name=settings.query_name, tracker=tracker,
                               slot=settings.slot)  # fmt: skip
     spark.streams.addListener(progress.listener)
+    sync.resume_after(last_committed_end(settings.checkpoint))
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     if not settings.once:
         say(f"streaming slot {settings.slot} into {settings.target} (Ctrl-C stops after the current batch)")

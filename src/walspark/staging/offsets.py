@@ -18,6 +18,7 @@ from walspark.storage import Location, location
 __all__ = [
     "CommittedBatch",
     "TxnEntry",
+    "batch_range",
     "from_offset",
     "is_fresh",
     "last_batch",
@@ -198,6 +199,23 @@ def last_batch(checkpoint: str | Path | Location) -> CommittedBatch | None:
     if len(lines) != 3 or lines[0] != "v1" or not entry.startswith("v1\n"):
         return None
     return CommittedBatch(root, batch_id, from_offset(json.loads(lines[2])), lines[1], entry)
+
+
+def batch_range(checkpoint: str | Path | Location, batch_id: int) -> tuple[int, int] | None:
+    """The LSN range ``(start, end]`` of a planned batch: the end offsets of ``batch_id - 1`` and of
+    ``batch_id`` in the offset log; None when either is not there in Spark's format version 1 (a
+    query's first batch starts at its source's initial offset, which that log does not hold)."""
+    root = location(checkpoint)
+    ends = []
+    for batch in (batch_id - 1, batch_id):
+        entry = root / "offsets" / str(batch)
+        if batch < 0 or not entry.exists():
+            return None
+        lines = entry.read_text().splitlines()
+        if len(lines) != 3 or lines[0] != "v1":
+            return None
+        ends.append(from_offset(json.loads(lines[2])))
+    return ends[0], ends[1]
 
 
 def _batch_ids(log: Location) -> list[int]:

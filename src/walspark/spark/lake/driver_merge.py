@@ -32,6 +32,7 @@ __all__ = [
     "multiset_counts",
     "plain",
     "set_properties",
+    "takes",
     "writable",
 ]
 
@@ -84,6 +85,15 @@ def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
     if _appends(facts) or _multiset(facts, names):
         return simple
     return simple and bool(facts.keys) and not facts.moved_unchanged
+
+
+def takes(facts: BatchFacts) -> bool:
+    """Whether a table's batch, when the driver has its rows, is applied from there (if
+    :func:`plain` too): a small one (:func:`row_limit`), or one of only inserts, whatever its
+    size, which delta-rs appends as fast as Spark's writer without a job (a large MERGE is
+    Spark's, which reads the target's files in parallel and prunes them by their statistics)."""
+    limit = row_limit()
+    return bool(limit) and (facts.rows <= limit or _appends(facts))
 
 
 def _multiset(facts: BatchFacts, names: Sequence[str]) -> bool:

@@ -74,6 +74,8 @@ class BatchFacts:
     #: The latest commit time among the changes, µs since the Unix epoch: how far behind the
     #: source the lake is once the batch is applied (the progress lines).
     max_commit_time_us: int | None = None
+    #: The earliest commit LSN among the changes (None: not known).
+    min_commit_lsn: int | None = None
 
 
 def _facts_aggregates(moved_old: Column) -> list[Column]:
@@ -86,6 +88,7 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
         F.max_by("_key", ordering).alias("key"),
         F.size(F.collect_set("_key")).alias("identities"),
         F.max("_commit_lsn").alias("max_lsn"),
+        F.min("_commit_lsn").alias("min_lsn"),
         F.max(F.unix_micros("_commit_time")).alias("max_time"),
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
@@ -115,6 +118,7 @@ def _facts_from_row(row: Row | dict[str, Any], table: tuple[str, str], keys: Seq
         identities=row["identities"],
         user_keys=tuple(keys) if keys is not None else None,
         max_commit_time_us=row["max_time"],
+        min_commit_lsn=row["min_lsn"],
     )
 
 
@@ -206,7 +210,7 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
         "time": pc.cast(batch.column("_commit_time").cast(pa.timestamp("us", "UTC")), pa.int64()),
     })  # fmt: skip
     groups = flags.group_by(["_schema", "_table"]).aggregate([
-        ("row", "count"), ("_commit_lsn", "max"), ("time", "max"), ("moved", "sum"), ("inserts", "sum"),
+        ("row", "count"), ("_commit_lsn", "max"), ("_commit_lsn", "min"), ("time", "max"), ("moved", "sum"), ("inserts", "sum"),
         ("unchanged", "sum"), ("identity", "count_distinct"),
     ]).to_pylist()  # fmt: skip
     # the key of a table's last change (max_by over (commit LSN, seq)): the rows sorted once
@@ -225,7 +229,7 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
     for g in groups:
         table = (g["_schema"], g["_table"])
         row = {
-            "n": g["row_count"], "max_lsn": g["_commit_lsn_max"], "max_time": g["time_max"], "moved": g["moved_sum"] or 0,
+            "n": g["row_count"], "max_lsn": g["_commit_lsn_max"], "min_lsn": g["_commit_lsn_min"], "max_time": g["time_max"], "moved": g["moved_sum"] or 0,
             "inserts": g["inserts_sum"] or 0, "unchanged": g["unchanged_sum"] or 0,
             "identities": g["identity_count_distinct"], "key": key_column[last_row[table]].as_py(),
             "truncs": truncs.get(table, []),

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 from walspark.spark.lake.appliers import Applier, ChangeLogApplier, MergeApplier
 from walspark.spark.lake.apply import ApplyResult
 from walspark.spark.lake.columns import Mode
-from walspark.spark.lake.driver_merge import collect_small, row_limit
+from walspark.spark.lake.driver_merge import collect_small, row_limit, takes
 from walspark.spark.lake.evolution import (
     SchemaEvolutionError,
     TargetTable,
@@ -252,14 +252,15 @@ class ApplyChanges:
         """Apply a per-table change batch (a ``foreachBatch`` function).
 
         ``arrow``: the batch's rows already on the driver, as ``batch_df.toArrow()`` would give them
-        (a batch the driver decoded itself): no Spark job reads them again.
+        (a batch the driver decoded itself): no Spark job reads them again, except for a table
+        whose rows are merged by Spark (many, and not only inserts; see :func:`.driver_merge.takes`).
         """
 
-        if self._fold_seconds is not None or arrow is not None:  # the batch is read once, as Arrow
-            return self._with_sync(batch_df, batch_id, arrow)
-        batch_df = batch_df.persist()  # read the batch once, whatever the number of tables in it
+        if self._fold_seconds is not None or (arrow is not None and arrow.num_rows <= row_limit()):
+            return self._with_sync(batch_df, batch_id, arrow)  # the batch is read once, as Arrow
+        batch_df = batch_df.persist()  # read by Spark once, whatever the number of tables in it
         try:
-            return self._with_sync(batch_df, batch_id, None)
+            return self._with_sync(batch_df, batch_id, arrow)
         finally:
             batch_df.unpersist()
 
@@ -328,10 +329,11 @@ class ApplyChanges:
         keys = lambda schema, table: self.options_for(schema, table).keys  # noqa: E731
         # Change-log mode reads the batch once, as Arrow on the driver: its facts and its appends
         # need no further Spark job (see .driver_append). The direct mode does too when the batch
-        # is small (its plain MERGEs are then made from the driver, see .driver_merge); a large
-        # batch is read and applied in Spark.
+        # is small or was read on the driver (its plain MERGEs and appends are then made from the
+        # driver, see .driver_merge); a large batch the driver does not have is read and applied
+        # in Spark.
         if given is not None:
-            arrow = given if applier.reads_arrow or given.num_rows <= row_limit() else None
+            arrow = given
         else:
             arrow = batch_df.toArrow() if applier.reads_arrow else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
@@ -349,8 +351,10 @@ class ApplyChanges:
                         schema, name, self.layout.table(schema, name), table_facts.rows, skipped=True
                     ), None
                 part, table_facts = routed
-            # the Arrow rows stand for the part only if the table sync kept all of them
-            rows = arrow_table_changes(arrow, schema, name) if arrow is not None and part is given else None
+            # the Arrow rows stand for the part only if the table sync kept all of them, and are
+            # applied from the driver only where that is cheap: a large MERGE is Spark's
+            from_arrow = arrow is not None and part is given and (applier.reads_arrow or takes(table_facts))
+            rows = arrow_table_changes(arrow, schema, name) if from_arrow else None
             return applier.apply(session, part, batch_id, table_facts, rows)
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []

@@ -125,6 +125,15 @@ class TableSync:
     def attach(self, sink: SyncedSink) -> None:
         self.sink = sink
 
+    def resume_after(self, end: int | None) -> None:
+        """The stream resumes after ``end``, the last batch its checkpoint committed (None: a new
+        checkpoint). Every change still to come commits at or after it (a commit record never
+        spans another's end), so a table whose copy was taken at or before it takes them all,
+        unfiltered, from this run's first batch on (see :meth:`route`)."""
+        if end is not None:
+            with self._max_lock:
+                self._position = max(self._position or 0, end)
+
     def start(self) -> None:
         """Discover, switch and resume before the query starts; then check every few seconds."""
         self.check()
@@ -298,8 +307,10 @@ class TableSync:
             return None
         if state.handed_through is not None and batch_id <= state.handed_through:
             return None  # a replay of a batch whose changes of this table the hand-off applied
-        if state.since is not None and (self._position is None or self._position < state.since):
-            # The stream may still be behind the copy's consistent point: those changes are in it.
+        behind = self._position is None or self._position < (state.since or 0)
+        if state.since is not None and behind and (facts.min_commit_lsn or 0) < state.since:
+            # The stream may still be behind the copy's consistent point: those changes are in it
+            # (none is when every change commits at or after the copy's last snapshot).
             from walspark.spark.lake.facts import batch_facts
             from walspark.spark.lake.frames import TableRows
 
