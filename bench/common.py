@@ -120,3 +120,69 @@ def cpu_line(used: dict[str, float]) -> str:
     parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in used.items() if name != "wall")
     busy = sum(seconds for name, seconds in used.items() if name != "wall")
     return f"CPU over {wall:.1f} s of wall: {parts} ({busy / (wall * (os.cpu_count() or 1)):.0%} of the host's CPUs)"
+
+
+class RssMeter:
+    """Peak resident memory between :meth:`start` and :meth:`stop`, sampled every ``interval``
+    seconds (Linux): of this process (the driver), of the JVM it started, and of the largest of
+    the JVM's Python workers (a task, or the source's process where the stager runs)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        import threading
+
+        self._interval, self._stop = interval, threading.Event()
+        self.peaks = {"driver": 0, "Spark JVM": 0, "largest Python worker": 0}
+        self._thread = threading.Thread(target=self._run, name="rss-meter", daemon=True)
+
+    def start(self) -> RssMeter:
+        import os
+
+        self.baseline = _rss(os.getpid())
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return self.peaks
+
+    def _run(self) -> None:
+        import os
+
+        me = os.getpid()
+        while not self._stop.is_set():
+            parent: dict[int, int] = {}
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        with open(f"/proc/{entry}/stat", "rb") as f:
+                            parent[int(entry)] = int(f.read().rsplit(b")", 1)[1].split()[1])
+                    except OSError:
+                        continue
+            self._peak("driver", _rss(me))
+            for pid, ppid in parent.items():
+                if ppid == me:
+                    self._peak("Spark JVM", _rss(pid))
+                elif parent.get(ppid) == me:
+                    self._peak("largest Python worker", _rss(pid))
+            self._stop.wait(self._interval)
+
+    def _peak(self, name: str, value: int) -> None:
+        self.peaks[name] = max(self.peaks[name], value)
+
+    def line(self) -> str:
+        """The peaks as one line, in MiB (the driver's resident memory at the start beside its own)."""
+        parts = ", ".join(f"{name} {value / 2**20:,.0f} MiB" for name, value in self.peaks.items())
+        return f"peak resident memory: {parts} (the driver held {self.baseline / 2**20:,.0f} MiB at the start)"
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of ``pid`` (0: gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

@@ -33,7 +33,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import psycopg
-from common import CpuMeter, cpu_line, log, pct, postmaster_pid, recvlogical  # bench/common.py, beside this script
+from common import (  # bench/common.py, beside this script
+    CpuMeter,
+    RssMeter,
+    cpu_line,
+    log,
+    pct,
+    postmaster_pid,
+    recvlogical,
+)
 from streaming import start_pipeline  # bench/streaming.py, beside this script
 
 if TYPE_CHECKING:
@@ -136,12 +144,12 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
     lines = []
     for name, (slot, target, module) in paths.items():
         if module is not None:
-            seconds, cpu = _run_once_timed(spark, dsn, slot, target, postmaster_pid(pg.data_dir))
+            seconds, cpu, memory = _run_once_timed(spark, dsn, slot, target, postmaster_pid(pg.data_dir))
         else:
             log("bulk: walspark run --once on the pure-Python path (a child process)")
             figures = run_pure(__file__, {"dsn": dsn, "slot": slot, "target": target, "tmp": tmp,
                                           "postmaster": postmaster_pid(pg.data_dir)})
-            seconds, cpu = figures["seconds"], figures["cpu"]
+            seconds, cpu, memory = figures["seconds"], figures["cpu"], figures["memory"]
         landed = spark.read.format("delta").load(f"{target}/public/bulk").count()
         if landed != rows:
             raise SystemExit(f"bulk ({name}): Delta holds {landed:,} rows, expected {rows:,}")
@@ -151,15 +159,19 @@ def bulk(spark: SparkSession, pg: EmbeddedPostgres, dsn: str, tmp: str, rows: in
                      f" (ChangeRowBuilder, one process) = {decoded[name] / seconds:.1%} of the run's wall time")
         lines.append(f"bulk, {name}: {cpu} (PostgreSQL: the walsender and backends; Python workers: the tasks"
                      " and the source's process, where the stager runs; the driver: planning, applying)")  # fmt: skip
+        lines.append(f"bulk, {name}: {memory}")
     return out, lines
 
 
-def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str, postmaster: int) -> tuple[float, str]:
-    """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog, and
-    where the CPU went meanwhile."""
-    started, meter = time.perf_counter(), CpuMeter(postmaster).start()
+def _run_once_timed(spark: SparkSession, dsn: str, slot: str, target: str,
+                    postmaster: int) -> tuple[float, str, str]:  # fmt: skip
+    """Seconds of ``Pipeline(...).run_once()`` (``walspark run --once``) over the bulk backlog, where
+    the CPU went meanwhile, and the peak resident memory of the driver, the JVM and a worker."""
+    started, meter, memory = time.perf_counter(), CpuMeter(postmaster).start(), RssMeter().start()
     pipeline(spark, dsn, "bulk_pub", slot, target).run_once()
-    return time.perf_counter() - started, cpu_line(meter.stop())
+    seconds, used = time.perf_counter() - started, cpu_line(meter.stop())
+    memory.stop()
+    return seconds, used, memory.line()
 
 
 def pure_child(task: dict) -> None:  # type: ignore[type-arg]
@@ -170,8 +182,8 @@ def pure_child(task: dict) -> None:  # type: ignore[type-arg]
 
     spark = spark_session("walspark-bench-e2e-pure")
     warm_up(spark, task["dsn"], task["tmp"], name="warm_pure")
-    seconds, cpu = _run_once_timed(spark, task["dsn"], task["slot"], task["target"], task["postmaster"])
-    report(task, {"seconds": seconds, "cpu": cpu})
+    seconds, cpu, memory = _run_once_timed(spark, task["dsn"], task["slot"], task["target"], task["postmaster"])
+    report(task, {"seconds": seconds, "cpu": cpu, "memory": memory})
     spark.stop()
 
 
