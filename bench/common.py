@@ -163,7 +163,10 @@ class RssMeter:
             for pid, ppid in parent.items():
                 if ppid == me:
                     self._peak("Spark JVM", _rss(pid))
-                elif parent.get(ppid) == me:
+                    continue
+                while ppid > 1 and parent.get(ppid, 1) != me:  # a descendant of the JVM?
+                    ppid = parent.get(ppid, 1)
+                if ppid > 1:
                     self._peak("largest Python worker", _rss(pid))
             self._stop.wait(self._interval)
 

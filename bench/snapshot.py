@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import CpuMeter, cpu_line, postmaster_pid  # bench/common.py, beside this script
+from common import CpuMeter, RssMeter, cpu_line, postmaster_pid  # bench/common.py, beside this script
 from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
@@ -69,9 +69,10 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     spark = spark_session(f"walspark-bench-snapshot-{name}", master=master)
     # Warm-up: JVM, Delta's first commit, and one Python worker per core (several tasks).
     run_snapshot(spark, dsn, "warmup", f"warmup_{name}", os.path.join(tmp, f"warm_{name}"), partition_pages=4)
-    started, meter = time.monotonic(), CpuMeter(postmaster).start()
+    started, meter, memory = time.monotonic(), CpuMeter(postmaster).start(), RssMeter().start()
     result = run_snapshot(spark, dsn, "pub", f"bench_{name}", os.path.join(tmp, name), partition_rows=partition_rows)
     snapshot, snapshot_cpu = time.monotonic() - started, meter.stop()
+    memory.stop()
     [table] = result.tables
     assert table.rows == rows, (table.rows, rows)
     os.environ[TASK_WRITES] = "0"  # the same snapshot, Spark writing the files (CREATE TABLE AS SELECT)
@@ -90,8 +91,8 @@ def walspark_figures(dsn: str, tmp: str, name: str, rows: int, partition_rows: i
     parallelism = spark.sparkContext.defaultParallelism  # walspark's session sets 8; local[*] runs a task per core
     spark.stop()
     return {"snapshot": snapshot, "by_spark": by_spark, "read": read, "tasks": table.tasks, "parallelism": parallelism,
-            "cpu": {"snapshot (tasks write)": cpu_line(snapshot_cpu), "snapshot (Spark writes)": cpu_line(by_spark_cpu),
-                    "read only": cpu_line(read_cpu)}}  # fmt: skip
+            "cpu": {"snapshot (tasks write)": f"{cpu_line(snapshot_cpu)}; {memory.line()}",
+                    "snapshot (Spark writes)": cpu_line(by_spark_cpu), "read only": cpu_line(read_cpu)}}  # fmt: skip
 
 
 def pg_dump(pg: Any, dsn: str) -> float:

@@ -127,7 +127,7 @@ def test_many_types_snapshot_exactly(spark, pg18_dsn: str, tmp_path: Path) -> No
     assert record is not None and record.complete and record.consistent_point == result.consistent_point
 
 
-def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str) -> None:
+def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with _conn(pg18_dsn) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, pad text)")
         conn.execute("INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g")
@@ -140,6 +140,11 @@ def test_ctid_ranges_run_as_tasks(spark, pg18_dsn: str) -> None:
         assert all(a.end == b.start for a, b in itertools.pairwise(ranges))
         default = plan_partitions(plan, parallelism=4, partition_rows=5000, small_rows=1000)
         assert len(default) >= 4
+        from walspark.spark.snapshot import initial
+
+        monkeypatch.setattr(initial, "MAX_TASK_PAGES", 10)  # wide rows: at most that many pages a task
+        capped = plan_partitions(plan, parallelism=1, partition_rows=10**9, small_rows=1000)
+        assert len(capped) == -(-plan.pages // 10), (len(capped), plan.pages)
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         name = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         source = SnapshotSourcePlan(pg18_dsn, name, plan.columns, plan.binary, ranges)

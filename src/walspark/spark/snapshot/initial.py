@@ -48,10 +48,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-#: Rows per CTID-range task when nothing else is asked: large enough that the per-task cost
-#: (a connection, importing the snapshot, a Python worker round trip) is noise, small enough
-#: that a big table spreads over every core with a few tasks each for balance.
-DEFAULT_PARTITION_ROWS = 50_000
+#: Rows per CTID-range task when nothing else is asked (a big table gets at least one task per
+#: unit of Spark's default parallelism). Large, because a task's fixed cost (its Python worker's
+#: round trips, a connection importing the snapshot, a COPY, a file) is tens of milliseconds of
+#: CPU: 5,000,000 rows in 100 tasks took 9.0 s on 2 cores, in 8 tasks 3.2 s (docs/snapshot.md).
+#: A task streams its rows, so its memory does not grow with its size.
+DEFAULT_PARTITION_ROWS = 1_000_000
+#: Most heap pages (8 KiB each) a task reads when its rows are sized by ``partition_rows``: wide
+#: rows make fewer per task (128 MiB of table each at most).
+MAX_TASK_PAGES = 16_384
 
 #: Tables estimated below this many rows are read in one task, without a CTID condition.
 SMALL_TABLE_ROWS = 50_000
@@ -135,8 +140,8 @@ def plan_partitions(
     """CTID ranges of whole pages for every relation of ``plan`` (stored on it and returned).
 
     ``partition_pages`` fixes the pages per task; otherwise a task gets about ``partition_rows``
-    rows, and a table big enough to split gets at least ``parallelism`` tasks so every core has
-    work. The last range of each relation is open-ended: pages added after the plan (rows
+    rows (at most :data:`MAX_TASK_PAGES` pages), and a table big enough to split gets at least
+    ``parallelism`` tasks so every core has work. The last range of each relation is open-ended: pages added after the plan (rows
     moved by concurrent updates) are read too — they hold no row of the snapshot anyway, but
     nothing depends on the page count being exact.
     """
@@ -149,7 +154,7 @@ def plan_partitions(
             chunk = rel.pages or 1
         else:
             per_page = max(rows / rel.pages, 1.0)
-            chunk = max(1, math.ceil(partition_rows / per_page))
+            chunk = max(1, min(math.ceil(partition_rows / per_page), MAX_TASK_PAGES))
             chunk = min(chunk, max(1, math.ceil(rel.pages / max(parallelism, 1))))
         if rel.pages <= chunk:
             ranges.append(CtidRange(len(ranges), rel.schema, rel.table, 0, None))

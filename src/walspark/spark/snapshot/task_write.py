@@ -61,9 +61,7 @@ def write_files(batches: Iterable[pa.RecordBatch], schema: pa.Schema, path: str)
 
     local = local_path(path)
     assert local is not None, path
-    rows = pa.Table.from_batches(list(batches), schema)
-    if not rows.num_rows:
-        return []
+    rows = pa.RecordBatchReader.from_batches(schema, batches)  # streamed: a task holds what delta-rs buffers
     stage = os.path.join(local, STAGING, uuid.uuid4().hex)
     os.makedirs(stage)
     try:
