@@ -328,6 +328,7 @@ def measure_steady(args: argparse.Namespace, spark: SparkSession, batches: Batch
         log(f"steady: snapshot of {tables} × {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
         pipeline = Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot", target=f"{tmp}/lake")
         handle = start_pipeline(pipeline.trigger_seconds(args.trigger).on_progress(lambda _line: None), timeout=900)
+        batches.handle = handle
         try:
             base = handle.status().rows
             writer = Writer(dsn, tables, args.rows, args.rate, 1, 0.0, args.seconds)

@@ -66,6 +66,7 @@ def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dic
             pipeline = pipeline.change_log(True, args.fold_seconds)
         log(f"{mode}: snapshot of {args.tables} x {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
         handle = start_pipeline(pipeline, timeout=900)
+        batches.handle = handle
         readers = {"mirror": Lake(target, args.tables), "change log": Lake(target / "_changes", args.tables)}
         writer = Writer(dsn, args.tables, args.rows, args.rate, args.per_txn, 0.05, args.seconds)
         writer.thread.start()

@@ -125,6 +125,9 @@ class Batches:
     #: (arrival, batch seconds, change rows, seconds in the sink's addBatch)
     events: list[tuple[float, float, int, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The running pipeline (a ``PipelineHandle``), whose batches say how many changes they took:
+    #: Spark's ``numInputRows`` counts only rows Spark read, none of a batch the driver read.
+    handle: Any = None
 
     def listen(self, spark: SparkSession) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
@@ -137,9 +140,12 @@ class Batches:
 
             def onQueryProgress(self, event) -> None:  # type: ignore[no-untyped-def]
                 p = event.progress
+                rows = p.numInputRows
+                if batches.handle is not None:
+                    rows = next((b.rows for b in batches.handle.recent_progress if b.batch_id == p.batchId), rows)
                 with batches.lock:
                     add = (p.durationMs or {}).get("addBatch", 0) / 1000.0
-                    batches.events.append((time.monotonic(), p.batchDuration / 1000.0, p.numInputRows, add))
+                    batches.events.append((time.monotonic(), p.batchDuration / 1000.0, rows, add))
 
             def onQueryIdle(self, event) -> None:  # type: ignore[no-untyped-def]
                 pass
@@ -390,6 +396,7 @@ def main() -> None:
                                              target=str(target)).trigger_seconds(args.trigger)
                                     .change_log(args.change_log).on_progress(lambda _line: None),
                                     timeout=900)  # fmt: skip
+            batches.handle = handle
             try:
                 writer, started, written, drained, applied = stream(args, dsn, handle, batches, lake, windows)
             finally:
