@@ -30,7 +30,8 @@ floors are measured first, in the same run, on the same host:
   over the tables, a transaction each, for ``--seconds`` (60). Reported: micro-batches with
   changes, their duration p50 and p95 (Spark's ``batchDuration``, a streaming listener), offered
   and applied changes/s (applied: the pipeline's count of change rows over writes + drain), and
-  the drain — from the writer's stop until every change was applied.
+  the drain — from the writer's stop until every change was applied — and every table compared with
+  its source (key and the updated column, delta-rs). The same over ``--tables-huge`` (500) tables.
 
 Each floor a walspark case is set beside is a sum of the measured floors (named in its cell):
 e.g. 100 updates on one table: session start + pg_recvlogical + MERGE (cold) + stop. A steady
@@ -39,7 +40,8 @@ batch's floor is a warm MERGE per table it touches (its change rows, at most the
 Goals (docs/design/fixed-costs.md): snapshot of one table ≤ 2 s after Spark is up; a run with
 nothing to do ≤ 12 s; 100 updates on 1 table ≤ 15 s; a snapshot of 50 tables × 1,000 rows ≤ 20 s;
 100 updates on each of 50 tables ≤ 45 s; ≤ 0.3 s per additional table touched by a batch; steady
-over 50 tables: batch p95 ≤ 15 s; applied / offered ≥ 0.95 (drain included). The steady goal
+over 50 tables: batch p95 ≤ 15 s; applied / offered ≥ 0.95 (drain included); steady over 500
+tables: batch p95 ≤ 5 s, caught up ≤ 10 s after the last commit. The steady goal
 over 4 tables — batch p50 ≤ 2.5 s at 1,000 changes/s — is measured by ``./dev bench freshness``.
 Progress on stderr; the table on stdout, a row as each case ends, then whole at the end.
 """
@@ -327,7 +329,9 @@ def measure_steady(args: argparse.Namespace, spark: SparkSession, batches: Batch
         create_tables(dsn, tables, args.rows)
         log(f"steady: snapshot of {tables} × {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
         pipeline = Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot", target=f"{tmp}/lake")
-        handle = start_pipeline(pipeline.trigger_seconds(args.trigger).on_progress(lambda _line: None), timeout=900)
+        began = time.monotonic()
+        handle = start_pipeline(pipeline.trigger_seconds(args.trigger).on_progress(lambda _line: None), timeout=1800)
+        snapshot = time.monotonic() - began
         batches.handle = handle
         try:
             base = handle.status().rows
@@ -337,6 +341,7 @@ def measure_steady(args: argparse.Namespace, spark: SparkSession, batches: Batch
             drained = drain(args, handle, writer, base)
         finally:
             handle.stop(timeout=300)
+        equal = tables_equal(dsn, f"{tmp}/lake", tables)
     started, ended = writer.started or drained, writer.ended or drained
     applied = handle.status().rows - base
     done = batches.between(started, time.monotonic())  # the listener's events arrive after the batches
@@ -348,11 +353,28 @@ def measure_steady(args: argparse.Namespace, spark: SparkSession, batches: Batch
     goals = [f"applied / offered {verdict(ratio, 0.95, at_least=True)}"]
     if tables == args.tables_many:
         goals.insert(0, f"batch p95 {verdict(p95, 15.0)}")
+    if tables == args.tables_huge:
+        goals = [f"batch p95 {verdict(p95, 5.0)}", f"caught up {verdict(drained - ended, 10.0)}"]
     return Case(f"steady, {tables} tables, {args.rate:g} updates/s offered", f"p50 {p50:.2f} / p95 {p95:.2f}",
-                f"{len(done)} batches (median {sizes[len(sizes) // 2] if sizes else 0:,} changes); offered "
-                f"{offered_rate:,.0f} chg/s, applied {applied_rate:,.0f} chg/s ({ratio:.3f}); drain "
-                f"{drained - ended:.1f} s after the writes", floors.of(merge_warm=touched),
+                f"snapshot and query start {snapshot:.1f} s; {len(done)} batches (median "
+                f"{sizes[len(sizes) // 2] if sizes else 0:,} changes, max {max(durations, default=0.0):.2f} s); offered "
+                f"{offered_rate:,.0f} chg/s, applied {applied_rate:,.0f} chg/s ({ratio:.3f}); caught up "
+                f"{drained - ended:.1f} s after the writes; {equal}", floors.of(merge_warm=touched),
                 "; ".join(goals))  # fmt: skip
+
+
+def tables_equal(dsn: str, lake: str, tables: int) -> str:
+    """``N of N tables equal`` (key, v per row: what the writer changes), read with delta-rs."""
+    import psycopg
+    from deltalake import DeltaTable
+
+    equal = 0
+    with psycopg.connect(dsn) as conn:
+        for t in range(tables):
+            source = sorted(conn.execute(f"SELECT id, v FROM soak_{t}").fetchall())
+            arrow = DeltaTable(f"{lake}/public/soak_{t}").to_pyarrow_table(columns=["id", "v"])
+            equal += source == sorted(zip(arrow.column("id").to_pylist(), arrow.column("v").to_pylist(), strict=True))
+    return f"{equal} of {tables} tables equal"
 
 
 def drain(args: argparse.Namespace, handle: Any, writer: Any, base: int) -> float:
@@ -389,6 +411,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="steady: seconds of writes per run (default 60)")
     parser.add_argument("--rate", type=float, default=200.0, help="steady: single-row updates/s offered (default 200)")
     parser.add_argument("--tables-many", type=int, default=50, help="the many tables' count (default 50)")
+    parser.add_argument("--tables-huge", type=int, default=500,
+                        help="steady: also stream over this many tables (default 500; 0: not)")  # fmt: skip
     parser.add_argument("--rows", type=int, default=1000, help="initial rows per table (default 1,000)")
     parser.add_argument("--changes", type=int, default=100, help="once: single-row updates per table (default 100)")
     add_stream_options(parser, sample=0.1, what="steady: drain check")
@@ -423,7 +447,7 @@ def main() -> None:
         spark = spark_session("walspark-bench-fixed", master=args.master)
         batches = Batches()
         batches.listen(spark)
-        for tables in sorted({4, args.tables_many}):
+        for tables in sorted({4, args.tables_many, args.tables_huge} - {0}):
             cases.append(measure_steady(args, spark, batches, tables, floors))
             emit(cases[-1])
         spark.stop()
