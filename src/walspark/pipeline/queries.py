@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from walspark.pipeline.progress import StreamProgress
+from walspark.pipeline.progress import StreamProgress, count_input_rows
 from walspark.pipeline.settings import RunSettings
 from walspark.pipeline.status import Tracker
 
@@ -110,7 +110,8 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
         reads = DriverReads(spark, settings, options, changes.schema)
 
         def apply(batch_df, batch_id: int, reads: DriverReads = reads) -> None:
-            tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id, arrow=reads(batch_id)))
+            applied = tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id, arrow=reads(batch_id)))
+            count_input_rows(spark, settings.query_name, batch_id, applied.rows)  # Spark's numInputRows
 
         writer = (
             changes.writeStream.foreachBatch(apply)
