@@ -207,7 +207,7 @@ def count_input_rows(spark: Any, query_name: str, batch_id: int, rows: int) -> b
         for i, scan in enumerate(scans):  # one per scan of the source: the batch's rows counted once
             scan.metrics().apply("numOutputRows").set(rows if i == 0 else 0)
         return bool(scans)
-    except Exception:  # noqa: BLE001 - a progress figure must never fail the batch
+    except Exception:  # a progress figure must never fail the batch
         log.debug("could not set the batch's input rows in Spark's progress", exc_info=True)
         return False
 
