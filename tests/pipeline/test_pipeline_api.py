@@ -341,5 +341,8 @@ exec "{sys.executable}" "$@"
     said = result.stdout + result.stderr
     assert "could not start a Python worker" in said and "restarting the query from its checkpoint (1/5)" in said, \
         said[-4000:]
+    assert "starting the streaming query" in said, said[-4000:]  # the pause before its first batch, said
+    jvm_noise = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
+    assert not [line for line in said.splitlines() if line.startswith(jvm_noise)], said[-4000:]  # only -v shows them
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert_matches_publication(conn, spark, target, "shop", context="after the restarted query")

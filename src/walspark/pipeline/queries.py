@@ -104,6 +104,8 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
         if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
                                                         progress):  # fmt: skip
             return starts
+        if settings.once and starts == 0:  # its first batch comes seconds later, after Spark's start-up
+            say("starting the streaming query (Spark plans it and starts its Python processes before its first batch)")
         starts += 1
         changes = spark.readStream.format("pgoutput").options(**options).load()
         follow_catalog(spark, sink, changes.schema, sync.published())
