@@ -125,8 +125,8 @@ class Batches:
     #: (arrival, batch seconds, change rows, seconds in the sink's addBatch)
     events: list[tuple[float, float, int, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: The running pipeline (a ``PipelineHandle``), whose batches say how many changes they took:
-    #: Spark's ``numInputRows`` counts only rows Spark read, none of a batch the driver read.
+    #: The running pipeline (a ``PipelineHandle``), whose batches say how many changes they applied
+    #: (Spark's ``numInputRows`` carries the same figure, docs/deploying.md).
     handle: Any = None
 
     def listen(self, spark: SparkSession) -> None:

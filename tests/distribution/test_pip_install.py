@@ -10,6 +10,7 @@ user's local cache (never from the checkout).
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -28,4 +29,6 @@ def test_wheel_in_a_fresh_venv_runs_the_demo(installed: Installed) -> None:
     assert "fetching" not in out, "the session resolved packages although the cache had the jars"
     assert (installed.folder / "walspark-demo" / "shop" / "orders" / "_delta_log").is_dir()
     assert "Traceback" not in out
+    ours = re.compile(r"\[\s*\d+s\] |table\s|shop\.|Delta tables under ")  # its phase lines, its table, where it is
+    assert not [line for line in out.splitlines() if line and not ours.match(line)], out[-3000:]  # no JVM notes
     print(f"\nbuild + venv + install {installed.install_seconds:.0f}s, demo {time.monotonic() - started:.0f}s")

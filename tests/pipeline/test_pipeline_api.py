@@ -163,10 +163,46 @@ def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(s
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
 
 
+class _SparkProgress:
+    """A ``StreamingQueryListener`` in the pipeline's session: each batch's progress, by batch id."""
+
+    def __init__(self, spark, name: str) -> None:  # type: ignore[no-untyped-def]
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.spark, self.batches = spark, {}
+        seen = self.batches
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event) -> None: ...
+            def onQueryIdle(self, event) -> None: ...
+            def onQueryTerminated(self, event) -> None: ...
+
+            def onQueryProgress(self, event) -> None:
+                if event.progress.name == name:
+                    seen[event.progress.batchId] = json.loads(event.progress.json)
+
+        self.listener = _Listener()
+        spark.streams.addListener(self.listener)
+
+    def assert_counts(self, handle) -> None:  # type: ignore[no-untyped-def]
+        """Spark's progress of every batch the handle applied says its changes (its events come later)."""
+        applied = {p["batchId"]: p["numInputRows"] for p in handle.recentProgress}
+        deadline = time.monotonic() + 60
+        while not applied.keys() <= self.batches.keys() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        spark_rows = {b: self.batches[b]["numInputRows"] for b in applied if b in self.batches}
+        assert spark_rows == applied, (applied, self.batches)
+        for b, rows in applied.items():  # the source's count, and rates made from it
+            progress = self.batches[b]
+            assert progress["sources"][0]["numInputRows"] == rows, progress
+            assert (progress["processedRowsPerSecond"] > 0) == (rows > 0), progress
+
+
 def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")
     pipeline = _pipeline(spark, pg18_dsn, target).trigger_seconds(0.5).sync_check_seconds(1.0)
+    progress = _SparkProgress(spark, "walspark-run-shop_slot")
     handle = pipeline.start()
     try:
         _wait(lambda: handle.status().state == "streaming", handle, "streaming")
@@ -174,15 +210,19 @@ def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
         with psycopg.connect(pg18_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO orders SELECT g, 1, 'live' FROM generate_series(201, 260) g")
             _wait(lambda: handle.status().rows >= 60, handle, "the live rows applied")
+            conn.execute("INSERT INTO customers VALUES (30, 'live')")  # a later batch: read on the driver
+            _wait(lambda: handle.status().rows >= 61, handle, "the next live row applied")
             status = handle.status()
-            assert status.active and status.batches >= 1 and status.last_batch_id is not None, status
+            assert status.active and status.batches >= 2 and status.last_batch_id is not None, status
             assert status.slot_position is not None, status
             last = handle.last_progress  # and Structured Streaming's names for the same
             assert last is not None and handle.lastProgress["batchId"] == last.batch_id, handle.recentProgress
             assert sum(p["numInputRows"] for p in handle.recentProgress) == status.rows, handle.recentProgress
             assert handle.isActive and handle.query is not None and handle.query.isActive
+            progress.assert_counts(handle)  # Spark's numInputRows: the changes applied, whoever read them
             assert_matches_publication(conn, spark, target, "shop", context="while streaming")
     finally:
+        spark.streams.removeListener(progress.listener)
         started = time.monotonic()
         assert handle.stop(timeout=120)
     assert time.monotonic() - started < 60, "stop took too long"
@@ -301,5 +341,8 @@ exec "{sys.executable}" "$@"
     said = result.stdout + result.stderr
     assert "could not start a Python worker" in said and "restarting the query from its checkpoint (1/5)" in said, \
         said[-4000:]
+    assert "starting the streaming query" in said, said[-4000:]  # the pause before its first batch, said
+    jvm_noise = ("WARNING: Using incubator modules", "Setting default log level", "To adjust logging level")
+    assert not [line for line in said.splitlines() if line.startswith(jvm_noise)], said[-4000:]  # only -v shows them
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         assert_matches_publication(conn, spark, target, "shop", context="after the restarted query")

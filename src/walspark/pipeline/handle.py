@@ -53,8 +53,9 @@ class PipelineHandle:
     until it fails). Safe to call from any thread, including a signal handler (:meth:`stop`
     with ``wait=False``). A Structured Streaming user's names work too: ``isActive``,
     ``awaitTermination``, ``lastProgress`` and ``recentProgress`` (dicts with ``batchId``,
-    ``numInputRows`` and ``timestamp``); :attr:`query` is the Spark query underneath while one
-    runs (a schema change restarts it under the same name).
+    ``numInputRows`` and ``timestamp``; the query's own progress of a batch has the same
+    ``numInputRows``); :attr:`query` is the Spark query underneath while one runs (a schema
+    change restarts it under the same name).
     """
 
     def __init__(self, spark: SparkSession, settings: RunSettings, say: Callable[[str], None]) -> None:

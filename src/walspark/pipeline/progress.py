@@ -16,7 +16,7 @@ from typing import Any
 
 from walspark.pipeline.status import Tracker
 
-__all__ = ["HEARTBEAT_SECONDS", "StreamProgress", "format_bytes", "format_rate"]
+__all__ = ["HEARTBEAT_SECONDS", "StreamProgress", "count_input_rows", "format_bytes", "format_rate"]
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,32 @@ class StreamProgress:
         lag = self._ask("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots"
                         " WHERE slot_name = %s", (self.slot,))  # fmt: skip
         return None if lag is None else int(lag)
+
+
+def count_input_rows(spark: Any, query_name: str, batch_id: int, rows: int) -> bool:
+    """Make Spark's progress of the running batch ``batch_id`` of query ``query_name`` count ``rows``
+    input rows; called from ``foreachBatch`` once the batch is applied. False: Spark's count stands.
+
+    Why: Spark's ``numInputRows`` (and the input and processing rates, its UI's and listeners'
+    figures) is the ``numOutputRows`` metric of the batch's source scan, which counts only rows
+    Spark's own tasks read: 0 for a batch the driver read from its staged segments, twice the
+    rows for one read twice. A Python stream reader cannot report metrics of its own, so the
+    scan's metric is set here, on the driver, before Spark reads it at the end of the batch.
+    """
+    try:
+        queries = [q for q in spark._jsparkSession.streams().active() if q.name() == query_name]
+        execution = queries[0].streamingQuery().lastExecution() if queries else None
+        if execution is None or execution.currentBatchId() != batch_id:
+            return False
+        leaves = execution.executedPlan().collectLeaves()
+        scans = [leaf for leaf in (leaves.apply(i) for i in range(leaves.size()))
+                 if leaf.getClass().getSimpleName() == "MicroBatchScanExec"]  # fmt: skip
+        for i, scan in enumerate(scans):  # one per scan of the source: the batch's rows counted once
+            scan.metrics().apply("numOutputRows").set(rows if i == 0 else 0)
+        return bool(scans)
+    except Exception:  # a progress figure must never fail the batch
+        log.debug("could not set the batch's input rows in Spark's progress", exc_info=True)
+        return False
 
 
 def format_rate(per_second: float) -> str:

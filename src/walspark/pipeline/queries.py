@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from walspark.pipeline.progress import StreamProgress
+from walspark.pipeline.progress import StreamProgress, count_input_rows
 from walspark.pipeline.settings import RunSettings
 from walspark.pipeline.status import Tracker
 
@@ -104,13 +104,16 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
         if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
                                                         progress):  # fmt: skip
             return starts
+        if settings.once and starts == 0:  # its first batch comes seconds later, after Spark's start-up
+            say("starting the streaming query (Spark plans it and starts its Python processes before its first batch)")
         starts += 1
         changes = spark.readStream.format("pgoutput").options(**options).load()
         follow_catalog(spark, sink, changes.schema, sync.published())
         reads = DriverReads(spark, settings, options, changes.schema)
 
         def apply(batch_df, batch_id: int, reads: DriverReads = reads) -> None:
-            tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id, arrow=reads(batch_id)))
+            applied = tracker.batch_applied(batch_id, sink.foreach_batch(batch_df, batch_id, arrow=reads(batch_id)))
+            count_input_rows(spark, settings.query_name, batch_id, applied.rows)  # Spark's numInputRows
 
         writer = (
             changes.writeStream.foreachBatch(apply)

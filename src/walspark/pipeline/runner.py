@@ -46,11 +46,15 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
         from walspark.spark.datasource.warmup import warm_workers
 
         warmup = warm_workers(spark)
+    starts = None  # None: the run failed
     try:
-        return _run(spark, settings, say, tracker, on_sync, snapshot=snapshot)
+        starts = _run(spark, settings, say, tracker, on_sync, snapshot=snapshot)
+        return starts
     finally:
         if warmup is not None:
-            warmup.wait()
+            if starts == 0 and warmup.running:  # seconds on a busy host: said, not a silent pause
+                say("waiting for Spark's Python workers to finish starting (begun in case the run needed a query)")
+            warmup.wait()  # a session stopped under its job logs errors
 
 
 def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None], tracker: Tracker,

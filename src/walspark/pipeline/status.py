@@ -205,7 +205,7 @@ class Tracker:
         with self._lock:
             self._starts += 1
 
-    def batch_applied(self, batch_id: int, results: Any) -> None:
+    def batch_applied(self, batch_id: int, results: Any) -> BatchProgress:
         """Count a batch the sink applied; ``results``: its :class:`ApplyResult` list (or None)."""
         from walspark.protocol import format_lsn
 
@@ -240,11 +240,12 @@ class Tracker:
             if position is not None:
                 self._position = max(self._position or 0, position)
             self._updated = self._last_batch_at = now
-            self._progress.append(BatchProgress(batch_id, rows, by_table, now,
-                                                None if position is None else format_lsn(position),
-                                                None if latest is None else self._lag_seconds))  # fmt: skip
+            batch = BatchProgress(batch_id, rows, by_table, now, None if position is None else format_lsn(position),
+                                  None if latest is None else self._lag_seconds)  # fmt: skip
+            self._progress.append(batch)
             del self._progress[:-_RECENT_BATCHES]
         self._maybe_publish()
+        return batch
 
     def recent_progress(self) -> tuple[BatchProgress, ...]:
         """The last batches applied (up to 64), oldest first."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JARS_ENV", "JIT_ENV", "DeltaJarsNotFound", "PythonWorkersError", "check_python_workers", "jit_options",
-           "launched_by_spark_submit", "spark_session"]  # fmt: skip
+__all__ = ["JARS_ENV", "JIT_ENV", "START_UP_NOISE", "DeltaJarsNotFound", "PythonWorkersError", "check_python_workers",
+           "jit_options", "launched_by_spark_submit", "spark_session"]  # fmt: skip
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 #: Scheduler pools: the stream first, change-log mode's folds with what is left (see the file).
@@ -41,6 +43,15 @@ _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 #: Settings of the JVMs themselves: under spark-submit the driver's JVM already runs, and the
 #: executors' options (our log4j file's path among them) belong to the cluster's set-up.
 _JVM_SETTINGS = frozenset({"spark.driver.memory", "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"})
+#: What the driver JVM prints at every start, which nobody acts on: Java's note on the vector
+#: module Spark's launcher always adds (no JVM option silences it), and Spark's advice on
+#: ``sc.setLogLevel`` for a shell. Dropped from the JVM's stderr unless walspark logs at INFO
+#: (``walspark -v``); every other line the JVM or a Python worker prints (an error, an
+#: ``OutOfMemoryError``, a crash report) passes (:func:`_launch_gateway`).
+START_UP_NOISE = re.compile(
+    r"WARNING: Using incubator modules: |Using Spark's default log4j profile: |Setting default log level to "
+    r"|To adjust logging level use sc\.setLogLevel"
+)
 #: How the driver JVM compiles: ``quick`` (C1 only), ``full`` (the JVM's tiered C1 then C2); unset,
 #: quick for a short-lived session and full otherwise (:func:`jit_options`).
 JIT_ENV = "WALSPARK_JIT"
@@ -133,7 +144,8 @@ def spark_session(
         "spark.python.authenticate.socketTimeout": "120s",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
     }
-    if launched_by_spark_submit() or _jvm_running():
+    launching = not (launched_by_spark_submit() or _jvm_running())
+    if not launching:
         # spark-submit's (or a notebook's running context's) --master, --packages/--jars and
         # --conf settings stand: only what they left unset gets walspark's default, and the
         # jars must already be on the class path.
@@ -157,6 +169,8 @@ def spark_session(
     from walspark.storage import spark_conf_from_env  # AWS_* variables reach Delta's s3a writes too
 
     settings.update(spark_conf_from_env(settings))
+    if launching:
+        _launch_gateway(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -188,6 +202,39 @@ def _add_s3a_jars(settings: dict[str, str], jars: list[Path], master: str | None
         settings["spark.driver.extraClassPath"] = f"{driver}{os.pathsep}{path}" if driver else path
     else:
         settings["spark.jars"] += "," + ",".join(str(jar) for jar in jars)
+
+
+def _launch_gateway(settings: Mapping[str, str]) -> None:
+    """Start the driver JVM as ``getOrCreate()`` would with these ``settings``, its stderr (and
+    its Python workers') copied to ours by a thread that drops :data:`START_UP_NOISE`. Nothing
+    to do when this process already has a JVM (a stopped session's is reused)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, value)
+    read_end, write_end = os.pipe()
+    # started first: what a JVM that fails to start says reaches the user too
+    threading.Thread(target=_copy_jvm_stderr, args=(read_end,), name="walspark-jvm-stderr", daemon=True).start()
+    try:
+        SparkContext._ensure_initialized(gateway=launch_gateway(conf, popen_kwargs={"stderr": write_end}))
+    finally:
+        os.close(write_end)  # the JVM holds its own copy; the thread ends when the JVM and its workers have
+
+
+def _copy_jvm_stderr(read_end: int) -> None:
+    """Copy the JVM's stderr lines to this process's, without :data:`START_UP_NOISE` unless logging at INFO."""
+    with os.fdopen(read_end, "rb") as lines:
+        for line in lines:
+            if START_UP_NOISE.match(line.decode(errors="replace")) and not log.isEnabledFor(logging.INFO):
+                continue
+            try:
+                os.write(2, line)
+            except OSError:  # our stderr closed: keep draining, or the JVM would block on a full pipe
+                pass
 
 
 def _jvm_running() -> bool:

@@ -68,6 +68,11 @@ class Warmup:
             self.error = exc
             log.debug("warming the Python workers failed (the first batch starts them)", exc_info=True)
 
+    @property
+    def running(self) -> bool:
+        """Whether the read has not ended yet."""
+        return self._thread.is_alive()
+
     def wait(self, timeout: float = 60.0) -> None:
         """Wait for the read to end (a Spark session must not stop under a running job)."""
         self._thread.join(timeout)
