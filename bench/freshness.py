@@ -9,6 +9,10 @@ per transaction. ``walspark.Pipeline`` — the code of ``walspark run`` — stre
 of 0.5 s, twice, each on a fresh server and target:
 
 * ``merge``, the reference: each micro-batch MERGEd into the mirrors (the default mode);
+* ``merge-cdf``: the same, with Delta's change data feed on the mirrors (the snapshot taken by a
+  ``--once`` run first, then ``ALTER TABLE ... SET TBLPROPERTIES (delta.enableChangeDataFeed =
+  true)``, then the stream): what a downstream job reading ``readChangeFeed`` waits for, since a
+  MERGE's feed rows are committed with it;
 * ``change-log`` (``walspark run --change-log``): each micro-batch appended to the change logs,
   the mirrors folded from them in the background.
 
@@ -20,6 +24,9 @@ reader, in the benchmark's Spark session and a thread of its own, runs the fresh
 round-robin, as often as a query allows (at most every sample). Samples of the first ``--warm`` seconds (20) are left out: the first batches pay the
 query's start. The age includes up to one sample interval and the writer's gap between two
 transactions of a table, so it is an upper bound of commit → visible. Both clocks are this host's.
+Each mode also reports its CPU seconds from the first write until the pipeline stopped (change-log
+mode: every change log folded), of walspark's processes (driver with the writer's thread, Spark
+JVM, Python workers) and of PostgreSQL (bench/common.py's ``CpuMeter``), and per change offered.
 Goals: change log p95 ≤ 1.5 s and mirror p95 ≤ 5 s at 1,000 changes/s over 4 tables.
 """
 
@@ -32,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from common import log, pct  # bench/common.py, beside this script
+from common import CpuMeter, log, pct, postmaster_pid  # bench/common.py, beside this script
 from soak import Batches, Lake, Writer, create_tables  # bench/soak.py, beside this script
 from streaming import add_stream_options, start_pipeline  # bench/streaming.py, beside this script
 
@@ -54,7 +61,7 @@ def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dic
     from walspark import Pipeline
     from walspark.embedded.postgres import EmbeddedPostgres
 
-    wanted = ["mirror"] if mode == "merge" else ["change log", "mirror", "fresh read"]
+    wanted = ["mirror"] if mode != "change-log" else ["change log", "mirror", "fresh read"]
     ages: dict[str, list[float]] = {r: [] for r in wanted if r in args.readers.split(",")}
     with EmbeddedPostgres() as pg, tempfile.TemporaryDirectory(prefix="walspark-bench-freshness-") as tmp:
         dsn = pg.dsn()
@@ -62,6 +69,13 @@ def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dic
         target = Path(tmp) / "lake"
         pipeline = Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot", target=str(target))
         pipeline = pipeline.trigger_seconds(args.trigger).on_progress(lambda _line: None)
+        enabled = None
+        if mode == "merge-cdf":  # the snapshot first, then the mirrors' change data feed, then the stream
+            pipeline.run_once()
+            for t in range(args.tables):
+                spark.sql(f"ALTER TABLE delta.`{target}/public/soak_{t}` "
+                          "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")  # fmt: skip
+            enabled = spark.sql(f"DESCRIBE HISTORY delta.`{target}/public/soak_0` LIMIT 1").first()["version"]
         if mode == "change-log":
             pipeline = pipeline.change_log(True, args.fold_seconds)
         log(f"{mode}: snapshot of {args.tables} x {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
@@ -69,6 +83,7 @@ def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dic
         batches.handle = handle
         readers = {"mirror": Lake(target, args.tables), "change log": Lake(target / "_changes", args.tables)}
         writer = Writer(dsn, args.tables, args.rows, args.rate, args.per_txn, 0.05, args.seconds)
+        meter = CpuMeter(postmaster_pid(pg.data_dir)).start()
         writer.thread.start()
         began = time.monotonic()
         log(f"{mode}: offering {args.rate:g} changes/s for {args.seconds:g} s, sampling every {args.sample:g} s")
@@ -114,7 +129,13 @@ def measure(args: argparse.Namespace, spark, mode: str, batches: Batches) -> dic
             if reader.is_alive():
                 reader.join()
             handle.stop(timeout=300)
+        cpu = meter.stop()  # from the first write until the pipeline stopped (change-log mode: all folded)
+        if enabled is not None:  # what a downstream job reads: the change feed since it was enabled
+            feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", enabled)
+            log(f"{mode}: {feed.load(f'{target}/public/soak_0').count():,} change feed rows in soak_0")
     ages["offered (changes/s)"] = [writer.changes / args.seconds]
+    ages["cpu"] = [sum(v for k, v in cpu.items() if k not in ("wall", "PostgreSQL")), cpu["PostgreSQL"], cpu["wall"],
+                   writer.changes]  # fmt: skip
     ages["batches"] = batches.sink_share(began + args.warm, time.monotonic())  # type: ignore[assignment]
     return ages
 
@@ -147,6 +168,7 @@ def main() -> None:
     print("| mode | visible in | offered (chg/s) | samples | p50 (s) | p95 (s) | max (s) |")
     print("|---|---|---:|---:|---:|---:|---:|")
     timings = {mode: ages.pop("batches") for mode, ages in results.items()}
+    costs = {mode: ages.pop("cpu") for mode, ages in results.items()}
     for mode, ages in results.items():
         offered = ages.pop("offered (changes/s)")[0]
         for reader, values in ages.items():
@@ -158,6 +180,10 @@ def main() -> None:
         whole, sink = [d for d, _ in pairs], [a for _, a in pairs]
         print(f"| {mode} | {len(pairs)} | {pct(whole, 50):.2f} | {pct(whole, 95):.2f} | {pct(sink, 50):.2f} "
               f"| {pct(sink, 95):.2f} |")
+    print("\n| mode | CPU s, walspark (driver, JVM, workers) | CPU s, PostgreSQL | wall (s) | CPU ms per change |")
+    print("|---|---:|---:|---:|---:|")
+    for mode, (ours, server, wall, changes) in costs.items():
+        print(f"| {mode} | {ours:.1f} | {server:.1f} | {wall:.1f} | {1000 * ours / max(changes, 1):.2f} |")
     print()
     for (mode, reader), goal in GOALS.items():
         if mode in results and reader in results[mode]:
