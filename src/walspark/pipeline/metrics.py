@@ -91,7 +91,9 @@ class RunMetrics(Collector):
             if value is not None:  # not known yet: no sample rather than a made-up value
                 gauge.add_metric(slot, value)
             yield gauge
-        copying = GaugeMetricFamily("walspark_table_copying", "1 for each table being copied.", labels=["slot", "table"])
+        copying = GaugeMetricFamily(
+            "walspark_table_copying", "1 for each table being copied.", labels=["slot", "table"]
+        )
         for table in status.tables_copying:
             copying.add_metric([self.slot, table], 1)
         yield copying
