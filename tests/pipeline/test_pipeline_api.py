@@ -201,15 +201,28 @@ class _SparkProgress:
 def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")
-    pipeline = _pipeline(spark, pg18_dsn, target).trigger_seconds(0.5).sync_check_seconds(1.0)
+    port = _free_port()
+    pipeline = _pipeline(spark, pg18_dsn, target).trigger_seconds(0.5).sync_check_seconds(1.0).metrics(port)
     progress = _SparkProgress(spark, "walspark-run-shop_slot")
     handle = pipeline.start()
     try:
         _wait(lambda: handle.status().state == "streaming", handle, "streaming")
         assert handle.status().snapshot_tables == 2
+        before = _scrape(port)  # Prometheus's view of the same run, scraped while it streams
+        assert before[("walspark_state", ("shop_slot", "streaming"))] == 1, before
         with psycopg.connect(pg18_dsn, autocommit=True) as conn:
             conn.execute("INSERT INTO orders SELECT g, 1, 'live' FROM generate_series(201, 260) g")
             _wait(lambda: handle.status().rows >= 60, handle, "the live rows applied")
+            # the batch's line (its duration, the slot's lag) comes from Spark's listener, a moment later
+            _wait(lambda: _scrape(port).get(("walspark_slot_lag_bytes", ("shop_slot",))) is not None, handle,
+                  "the batch's line in the metrics")  # fmt: skip
+            after = _scrape(port)
+            assert after[("walspark_batches_total", ("shop_slot",))] > before[("walspark_batches_total", ("shop_slot",))]
+            assert after[("walspark_changes_applied_total", ("insert", "shop_slot", "public.orders"))] == 60, after
+            assert after[("walspark_batch_duration_seconds_count", ("shop_slot",))] >= 1, after
+            assert after[("walspark_lag_seconds", ("shop_slot",))] >= 0, after
+            assert after[("walspark_slot_retained_wal_bytes", ("shop_slot",))] > 0, after
+            assert after[("walspark_tables_copying", ("shop_slot",))] == 0, after
             conn.execute("INSERT INTO customers VALUES (30, 'live')")  # a later batch: read on the driver
             _wait(lambda: handle.status().rows >= 61, handle, "the next live row applied")
             status = handle.status()
@@ -227,6 +240,8 @@ def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
         assert handle.stop(timeout=120)
     assert time.monotonic() - started < 60, "stop took too long"
     assert not handle.is_active and handle.status().state == "stopped"
+    with pytest.raises(OSError):
+        _scrape(port)  # the run's server stopped with it (the next run serves on the same port)
     assert handle.await_termination(0) is True and handle.awaitTermination(0) is True
     assert handle.query is None and not handle.isActive
     assert not [q for q in spark.streams.active if q.name == "walspark-run-shop_slot"]
@@ -237,6 +252,10 @@ def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
     try:
         _wait(lambda: again.status().rows >= 11, again, "the resumed run's rows")
         assert again.status().snapshot_tables is None
+        resumed = _scrape(port)  # a run of its own: its counters start from nothing
+        assert resumed[("walspark_changes_applied_total", ("update", "shop_slot", "public.orders"))] == 10, resumed
+        assert resumed[("walspark_changes_applied_total", ("insert", "shop_slot", "public.customers"))] == 1, resumed
+        assert ("walspark_changes_applied_total", ("insert", "shop_slot", "public.orders")) not in resumed, resumed
     finally:
         assert again.stop(timeout=120)
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
@@ -246,6 +265,25 @@ def test_start_status_stop_and_resume(spark, pg18_dsn, tmp_path):
              .collect() if meta and "batch_id" in json.loads(meta)]  # fmt: skip
     assert notes, "no Delta commit carries a batch note: the no-double-apply check would be vacuous"
     assert len(notes) == len(set(notes)), f"a batch applied twice: {sorted(notes)}"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return probe.getsockname()[1]
+
+
+def _scrape(port: int) -> dict[tuple[str, tuple[str, ...]], float]:
+    """``/metrics`` as Prometheus reads it: each sample by name and label values (sorted by label name)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(v for _, v in sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}  # fmt: skip
 
 
 def _wait(condition, handle, what: str, timeout: float = 300) -> None:  # type: ignore[no-untyped-def]

@@ -90,6 +90,7 @@ def test_an_idle_stream_says_it_is_up_to_date_once_per_interval(pg18_dsn: str) -
     assert lines[0].endswith(" KiB") and ", slot lag " in lines[0], lines
     status = tracker.status()
     assert status.lag_seconds == 0.0 and status.slot_lag_bytes is not None, status
+    assert status.slot_retained_bytes is not None and status.slot_retained_bytes >= 0, status  # the metrics' gauge
     progress.heartbeat_seconds = 3600.0
     progress.idle(SimpleNamespace(id="1"))  # within the interval: quiet
     assert len(lines) == 1, lines

@@ -162,6 +162,12 @@ def test_arrow_facts_and_table_split_equal_spark_s(spark, source_dsn, tmp_path):
         assert got == want
         assert got[("public", "acct")].identities == 2
     assert len(got := arrow_tables_facts(both.toArrow(), lambda s, t: None)[("public", "ev")].truncates) == 2, got
+    # the changes by operation the pipeline counts (its metrics): the workload's, plus the key update
+    ops = {t: dict(f.ops) for (_, t), f in arrow_tables_facts(both.toArrow(), lambda s, t: None).items()}
+    issued = {t: {op: sum(1 for c in work.changes if c[:2] == (t, op)) for op in "IUD"} for t in ("acct", "ev")}
+    issued["acct"]["U"] += 1
+    issued["ev"]["T"] = 2
+    assert ops == {t: {op: n for op, n in counts.items() if n} for t, counts in issued.items()}, (ops, issued)
     arrow = both.toArrow()
     for table in ("acct", "ev"):
         spark_rows = table_changes(both, "public", table).toArrow()

@@ -24,8 +24,9 @@ def _click_type(annotation: str, option: Option) -> Any:
     kind = "int" if "int" in annotation else "float" if "float" in annotation else "str"
     if kind == "str" or option.minimum is None:
         return {"int": int, "float": float, "str": str}[kind]
+    maximum = None if option.maximum is None else int(option.maximum)
     if kind == "int":
-        return click.IntRange(int(option.minimum), min_open=option.above)
+        return click.IntRange(int(option.minimum), maximum, min_open=option.above)
     return click.FloatRange(option.minimum, min_open=option.above)
 
 

@@ -134,6 +134,13 @@ class Pipeline:
         """An option of the ``pgoutput`` data source (e.g. ``protoVersion``), as ``.option`` in Spark."""
         return self._set(options={**self._settings.options, key: str(value)})
 
+    def metrics(self, port: int | None, host: str = "127.0.0.1") -> Pipeline:
+        """Serve Prometheus metrics at ``http://host:port/metrics`` while a run lasts (None: none):
+        lag, batches and their durations, changes per table and operation, the phase; a port in
+        use is refused by the checks before anything starts. ``host="0.0.0.0"``: every interface,
+        for a Prometheus on another host. See docs/monitoring.md."""
+        return self._set(metrics_port=None if port is None else int(port), metrics_host=str(host))
+
     def session(self, spark: SparkSession) -> Pipeline:
         """Run on this SparkSession (instead of the constructor's, or the active one)."""
         return self._with(_spark=spark)

@@ -11,15 +11,16 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from walspark.pipeline.metrics import serve_metrics
 from walspark.pipeline.runner import run_pipeline
 from walspark.pipeline.settings import RunSettings
-from walspark.pipeline.status import BatchProgress, PipelineStatus, RunSummary, Tracker
+from walspark.pipeline.status import BatchProgress, PipelineStatus, RunSummary, Tracker, error_kind
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["PipelineHandle", "error_line", "run_tracked"]
+__all__ = ["PipelineHandle", "error_line", "run_tracked", "tables_copying"]
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +37,34 @@ def error_line(exc: BaseException, dsn: str | None) -> str:
 
 def run_tracked(spark: SparkSession, settings: RunSettings, say: Callable[[str], None], tracker: Tracker,
                 on_sync: Callable[[Any], None] | None = None) -> int:  # fmt: skip
-    """:func:`run_pipeline` with the tracker's end state set: stopped, finished or failed."""
-    try:
-        starts = run_pipeline(spark, settings, say=say, tracker=tracker, on_sync=on_sync)
-    except BaseException as exc:
-        tracker.failed(error_line(exc, settings.dsn))
-        raise
-    tracker.phase("stopped" if settings.stop.requested.is_set() else "finished")
+    """:func:`run_pipeline` with the tracker's end state set: stopped, finished or failed; its
+    metrics served meanwhile (``settings.metrics_port``)."""
+    syncs: list[Any] = []
+
+    def seen(sync: Any) -> None:
+        syncs.append(sync)
+        if on_sync is not None:
+            on_sync(sync)
+
+    with serve_metrics(settings, tracker, lambda: tables_copying(syncs[-1] if syncs else None)):
+        try:
+            starts = run_pipeline(spark, settings, say=say, tracker=tracker, on_sync=seen)
+        except BaseException as exc:
+            tracker.failed(error_line(exc, settings.dsn), error_kind(exc))
+            raise
+        tracker.phase("stopped" if settings.stop.requested.is_set() else "finished")
     return starts
+
+
+def tables_copying(sync: Any) -> tuple[str, ...]:
+    """The tables the run's table sync is copying now (``schema.table``, sorted; none without one)."""
+    if sync is None:
+        return ()
+    try:
+        return tuple(sorted(f"{s.schema}.{s.table}" for s in sync.store.all() if s.syncing))
+    except Exception:  # a status read must not fail on a file being rewritten
+        log.debug("could not read the table sync state", exc_info=True)
+        return ()
 
 
 class PipelineHandle:
@@ -127,14 +148,7 @@ class PipelineHandle:
 
     def status(self) -> PipelineStatus:
         """What is known now without asking Spark or PostgreSQL anything (plus the sync's state file)."""
-        copying: tuple[str, ...] = ()
-        sync = self._sync
-        if sync is not None and self._thread.is_alive():
-            try:
-                copying = tuple(sorted(f"{s.schema}.{s.table}" for s in sync.store.all() if s.syncing))
-            except Exception:  # a status read must not fail on a file being rewritten
-                log.debug("could not read the table sync state", exc_info=True)
-        return self._tracker.status(copying)
+        return self._tracker.status(tables_copying(self._sync if self._thread.is_alive() else None))
 
     def summary(self) -> RunSummary:
         """Batches and change rows applied so far, as :meth:`walspark.Pipeline.run_once` returns them."""

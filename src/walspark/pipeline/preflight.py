@@ -41,18 +41,20 @@ def check_settings(settings: RunSettings) -> None:
 def preflight(settings: RunSettings) -> None:
     """Everything about the source and the options that can fail without Spark, checked first.
 
-    Names, the target (and ``--state``) folder — one this user can make and write in, or an
+    Names, the metrics' port (free), the target (and ``--state``) folder — one this user can make and write in, or an
     object store's bucket that exists — then the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
     the publication, a slot no other consumer reads, and — when this run will take the initial
     snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
     otherwise silently keep a mirror). Raises the :mod:`walspark.source.errors` class that says
     what to do.
     """
+    from walspark.pipeline.metrics import check_metrics_port
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record
     from walspark.storage import StorageSettings, location
 
     check_settings(settings)
+    check_metrics_port(settings)  # a port in use is one line before anything starts
     storage = StorageSettings.resolve(settings.conf)  # Spark may not be up yet
     layout = settings.layout
     check_target(location(layout.target, storage), "--target")

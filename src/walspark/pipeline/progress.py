@@ -103,6 +103,8 @@ class StreamProgress:
     def report(self, batch_id: int, rows: int, seconds: float, end_lsn: str | None, note: str = "") -> None:
         """The line of a batch that applied ``rows`` change rows in ``seconds``, ending at ``end_lsn``
         (``note``: said after the rate)."""
+        if self.tracker is not None:
+            self.tracker.batch_took(seconds)
         if not rows:
             return
         self._last_line = self._last_change = time.monotonic()
@@ -113,10 +115,10 @@ class StreamProgress:
             lag = f", {format_seconds(max(time.time() - committed / 1e6, 0.0))} behind the source"
         try:
             if end_lsn is not None:
-                lag_bytes = self._lag_bytes(end_lsn)
+                lag_bytes, retained = self._lag_bytes(end_lsn)
                 lag += f", slot lag {format_bytes(lag_bytes)}"
                 if self.tracker is not None:
-                    self.tracker.lag(lag_bytes)
+                    self.tracker.lag(lag_bytes, retained)
         except Exception:
             log.debug("could not compute the slot lag", exc_info=True)
         self.say(f"batch {batch_id}: {rows:,} changes applied in {seconds:.1f}s "
@@ -137,13 +139,13 @@ class StreamProgress:
                 self.tracker.up_to_date(None)
             return
         self._last_line = now
-        lag_bytes = None
+        lag_bytes = retained = None
         try:
-            lag_bytes = self._slot_lag_bytes()
+            lag_bytes, retained = self._slot_lag_bytes()
         except Exception:
             log.debug("could not read the slot's lag", exc_info=True)
         if self.tracker is not None:
-            self.tracker.up_to_date(lag_bytes)
+            self.tracker.up_to_date(lag_bytes, retained)
         lag = "" if lag_bytes is None else f", slot lag {format_bytes(lag_bytes)}"
         self.say(f"up to date: no changes for {format_seconds(now - self._last_change)}{lag}")
 
@@ -153,8 +155,8 @@ class StreamProgress:
 
         return is_query_progress(progress, self.query_name, self.since)
 
-    def _ask(self, query: str, params: tuple[Any, ...]) -> Any:
-        """The first value of ``query``'s row (None: no row), on one connection kept for the run."""
+    def _ask(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """``query``'s row (None: no row), on one connection kept for the run."""
         from walspark.source.connect import connect_sql
 
         with self._lock:
@@ -165,7 +167,7 @@ class StreamProgress:
             except Exception:
                 self.close()  # a broken connection: the next line connects again
                 raise
-        return None if row is None else row[0]
+        return None if row is None else tuple(row)
 
     def close(self) -> None:
         """Close the connection the lag is asked on (the run ended)."""
@@ -173,17 +175,27 @@ class StreamProgress:
         if conn is not None:
             conn.close()
 
-    def _lag_bytes(self, end_lsn: str) -> int:
-        return int(self._ask("SELECT pg_current_wal_lsn() - %s::pg_lsn", (end_lsn,)))
+    def _lag_bytes(self, end_lsn: str) -> tuple[int, int | None]:
+        """The server's WAL position minus ``end_lsn``, and the WAL it retains for the slot (None:
+        no slot named, or not found), in one round trip."""
+        row = self._ask("SELECT pg_current_wal_lsn() - %s::pg_lsn, (SELECT pg_current_wal_lsn() - restart_lsn"
+                        " FROM pg_replication_slots WHERE slot_name = %s)", (end_lsn, self.slot))  # fmt: skip
+        assert row is not None
+        return int(row[0]), _int(row[1])
 
-    def _slot_lag_bytes(self) -> int | None:
+    def _slot_lag_bytes(self) -> tuple[int | None, int | None]:
         """The server's WAL position minus what the slot has confirmed (an idle stream confirms
-        the WAL it skips, so this stays small while nothing is published)."""
+        the WAL it skips, so this stays small while nothing is published), and minus its
+        ``restart_lsn`` (the WAL the server retains for it)."""
         if self.slot is None:
-            return None
-        lag = self._ask("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots"
-                        " WHERE slot_name = %s", (self.slot,))  # fmt: skip
-        return None if lag is None else int(lag)
+            return None, None
+        row = self._ask("SELECT pg_current_wal_lsn() - confirmed_flush_lsn, pg_current_wal_lsn() - restart_lsn"
+                        " FROM pg_replication_slots WHERE slot_name = %s", (self.slot,))  # fmt: skip
+        return (None, None) if row is None else (_int(row[0]), _int(row[1]))
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def count_input_rows(spark: Any, query_name: str, batch_id: int, rows: int) -> bool:

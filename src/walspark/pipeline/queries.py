@@ -146,6 +146,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
             if any(failure in str(exc) for failure in _WORKER_START_FAILURES):
                 worker_failures = 1 if tracker.batches > applied else worker_failures + 1
                 if worker_failures <= WORKER_START_RETRIES:
+                    tracker.error("PythonWorkerStartTimeout")  # got past: counted in the metrics
                     say(
                         f"Spark could not start a Python worker within its 10 s (a busy host): restarting the query "
                         f"from its checkpoint ({worker_failures}/{WORKER_START_RETRIES})"

@@ -50,6 +50,8 @@ class Option:
     #: The smallest value accepted (None: no bound); with ``above``, values must be greater.
     minimum: float | None = None
     above: bool = False
+    #: The largest value accepted (None: no bound).
+    maximum: float | None = None
     metavar: str | None = None
     envvar: str | None = None
 
@@ -122,6 +124,18 @@ class RunSettings:
         None,
         minimum=0,
     )
+    metrics_port: int | None = _option(
+        "Serve Prometheus metrics at http://HOST:PORT/metrics while running (see docs/monitoring.md).",
+        None,
+        minimum=1,
+        maximum=65535,
+        metavar="PORT",
+    )
+    metrics_host: str = _option(
+        "Address the metrics are served on (0.0.0.0: every interface, for a Prometheus on another host).",
+        "127.0.0.1",
+        metavar="HOST",
+    )
 
     @property
     def layout(self) -> TargetLayout:
@@ -154,8 +168,10 @@ def check_options(settings: RunSettings) -> None:
 
     for f, option in run_options():
         value = getattr(settings, f.name)
-        if option.minimum is None or value is None:
+        if value is None:
             continue
-        if value < option.minimum or (option.above and value == option.minimum):
+        if option.minimum is not None and (value < option.minimum or (option.above and value == option.minimum)):
             bound = f"{'more than' if option.above else 'at least'} {option.minimum:g}"
             raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be {bound}, not {value!r}")
+        if option.maximum is not None and value > option.maximum:
+            raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be at most {option.maximum:g}, not {value!r}")

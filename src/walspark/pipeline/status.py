@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ __all__ = [
     "PipelineStatus",
     "RunSummary",
     "Tracker",
+    "error_kind",
     "read_status_files",
     "status_writer",
 ]
@@ -86,7 +88,10 @@ class PipelineStatus:
     (``"X/Y"``), which the slot is confirmed to once Spark's commit log has the batch.
     ``tables_copying``: tables being copied beside the stream (joined the publication, or a
     ``walspark resnapshot``). ``error``: the one-line reason when ``state == "failed"``.
-    ``lag_seconds`` and ``slot_lag_bytes``: how far behind the source, in time and in WAL.
+    ``lag_seconds`` and ``slot_lag_bytes``: how far behind the source, in time and in WAL;
+    ``slot_retained_bytes``: the WAL the server keeps for the slot (from its ``restart_lsn``).
+    ``changes``: change rows applied by table (``schema.table``) and operation (``I``, ``U``, ``D``, ``T``);
+    ``errors``: the run's errors by kind (the exception's class), retried ones included.
     """
 
     state: str
@@ -107,6 +112,9 @@ class PipelineStatus:
     updated_at: float | None = None
     #: When the last batch was applied (Unix seconds).
     last_batch_at: float | None = None
+    slot_retained_bytes: int | None = None
+    changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -140,6 +148,10 @@ class Tracker:
         self._recent_times: dict[int, int] = {}  # batch id → its latest commit time applied (µs since the epoch)
         self._lag_seconds: float | None = None
         self._by_table: dict[str, int] = {}
+        self._by_op: dict[str, dict[str, int]] = {}  # schema.table → operation → change rows applied
+        self._errors: dict[str, int] = {}
+        self._retained: int | None = None
+        self._took: list[Callable[[float], None]] = []
         self._last_id: int | None = None
         self._last_rows: int | None = None
         self._position: int | None = None
@@ -191,10 +203,30 @@ class Tracker:
             self._updated = time.time()
         self._maybe_publish(force=True)
 
-    def failed(self, error: str) -> None:
+    def failed(self, error: str, kind: str | None = None) -> None:
+        """The run failed with the one-line ``error``; ``kind``: the exception's class, counted."""
         with self._lock:
             self._state, self._error, self._updated = "failed", error, time.time()
+            if kind is not None:
+                self._errors[kind] = self._errors.get(kind, 0) + 1
         self._maybe_publish(force=True)
+
+    def error(self, kind: str) -> None:
+        """An error the run met and got past (e.g. a query restarted), counted by kind."""
+        with self._lock:
+            self._errors[kind] = self._errors.get(kind, 0) + 1
+
+    def on_batch_took(self, observe: Callable[[float], None]) -> None:
+        """Have ``observe`` called with each batch's duration in seconds (the metrics' histogram)."""
+        self._took.append(observe)
+
+    def batch_took(self, seconds: float) -> None:
+        """A batch took ``seconds`` (as its progress line says): handed to each observer."""
+        for observe in self._took:
+            try:
+                observe(seconds)
+            except Exception:  # metrics must never stop the pipeline
+                log.debug("a batch duration observer failed", exc_info=True)
 
     def snapshot_done(self, tables: int) -> None:
         with self._lock:
@@ -212,6 +244,7 @@ class Tracker:
         rows = held = 0
         position = latest = None
         by_table: dict[str, int] = {}
+        by_op: list[tuple[str, str, int]] = []
         for result in results or ():
             if getattr(result, "skipped", False):
                 held += result.rows  # kept for a table being copied: its hand-off applies them
@@ -219,6 +252,7 @@ class Tracker:
             rows += result.rows
             key = f"{result.schema}.{result.table}"
             by_table[key] = by_table.get(key, 0) + result.rows
+            by_op.extend((key, op, n) for op, n in getattr(result, "ops", ()))
             if result.commit_lsn is not None:
                 position = max(position or 0, result.commit_lsn)
             if getattr(result, "commit_time_us", None) is not None:
@@ -232,6 +266,9 @@ class Tracker:
             self._rows += rows
             for key, n in by_table.items():
                 self._by_table[key] = self._by_table.get(key, 0) + n
+            for key, op, n in by_op:
+                ops = self._by_op.setdefault(key, {})
+                ops[op] = ops.get(op, 0) + n
             self._last_id, self._last_rows = batch_id, rows
             self._recent[batch_id] = rows + held
             for recent in (self._recent, self._recent_times):
@@ -263,17 +300,22 @@ class Tracker:
         with self._lock:
             return self._recent_times.get(batch_id)
 
-    def lag(self, lag_bytes: int) -> None:
+    def lag(self, lag_bytes: int, retained_bytes: int | None = None) -> None:
+        """The WAL left to read after a batch, and what the server keeps for the slot (if known)."""
         with self._lock:
             self._lag = lag_bytes
+            if retained_bytes is not None:
+                self._retained = retained_bytes
 
-    def up_to_date(self, lag_bytes: int | None) -> None:
+    def up_to_date(self, lag_bytes: int | None, retained_bytes: int | None = None) -> None:
         """The stream found nothing new: no time behind the source, ``lag_bytes`` of WAL (if known)."""
         with self._lock:
             changed = self._lag_seconds != 0.0 or (lag_bytes is not None and lag_bytes != self._lag)
             self._lag_seconds = 0.0
             if lag_bytes is not None:
                 self._lag = lag_bytes
+            if retained_bytes is not None:
+                self._retained = retained_bytes
         if changed:  # an idle stream does not rewrite its status file at every idle event
             self._maybe_publish()
 
@@ -287,7 +329,8 @@ class Tracker:
                 slot_position=None if self._position is None else format_lsn(self._position),
                 slot_lag_bytes=self._lag, lag_seconds=self._lag_seconds, query_starts=self._starts, snapshot_tables=self._snapshot_tables,
                 tables_copying=tables_copying, error=self._error, started_at=self._started,
-                updated_at=self._updated, last_batch_at=self._last_batch_at,
+                updated_at=self._updated, last_batch_at=self._last_batch_at, slot_retained_bytes=self._retained,
+                changes={key: dict(ops) for key, ops in self._by_op.items()}, errors=dict(self._errors),
             )  # fmt: skip
 
     def summary(self) -> RunSummary:
@@ -300,6 +343,21 @@ class Tracker:
                 query_starts=self._starts, snapshot_tables=self._snapshot_tables,
                 seconds=time.monotonic() - self._monotonic_start, rows_by_table=dict(self._by_table),
             )  # fmt: skip
+
+
+#: A walspark error's class named in a Spark-wrapped failure's text ("walspark.source.errors.SlotInUse: ...").
+_WALSPARK_ERROR = re.compile(r"\bwalspark(?:\.\w+)+\.(\w+): ")
+
+
+def error_kind(exc: BaseException) -> str:
+    """What kind of error ``exc`` is, for counting: its class, or for a failure Spark wrapped (a
+    streaming query's), the last walspark error class its text names."""
+    kind = type(exc).__name__
+    if type(exc).__module__.startswith(("pyspark.", "py4j.")):
+        named = _WALSPARK_ERROR.findall(str(exc))
+        if named:
+            return named[-1]
+    return kind
 
 
 def status_writer(layout: TargetLayout, slot: str) -> Callable[[PipelineStatus], None]:

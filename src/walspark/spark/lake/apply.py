@@ -69,6 +69,8 @@ class ApplyResult:
     commit_lsn: int | None = None
     #: The latest commit time applied, µs since the Unix epoch (None: not known, e.g. a replay skipped).
     commit_time_us: int | None = None
+    #: The changes applied by operation (:attr:`BatchFacts.ops <.facts.BatchFacts.ops>`), set by the sink.
+    ops: tuple[tuple[str, int], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -76,6 +76,16 @@ class BatchFacts:
     max_commit_time_us: int | None = None
     #: The earliest commit LSN among the changes (None: not known).
     min_commit_lsn: int | None = None
+    #: Updates and deletes among ``rows`` (with ``inserts`` and ``truncates``: :attr:`ops`).
+    updates: int = 0
+    deletes: int = 0
+
+    @property
+    def ops(self) -> tuple[tuple[str, int], ...]:
+        """The batch's changes by operation (``I``, ``U``, ``D``, ``T``), those it has: what the
+        pipeline counts per table and operation (its metrics)."""
+        counts = (("I", self.inserts), ("U", self.updates), ("D", self.deletes), ("T", len(self.truncates)))
+        return tuple((op, n) for op, n in counts if n)
 
 
 def _facts_aggregates(moved_old: Column) -> list[Column]:
@@ -92,6 +102,8 @@ def _facts_aggregates(moved_old: Column) -> list[Column]:
         F.max(F.unix_micros("_commit_time")).alias("max_time"),
         F.count(F.when((F.col("_op") == "U") & moved_old & (F.size("_unchanged") > 0), 1)).alias("moved"),
         F.count(F.when(F.col("_op") == "I", 1)).alias("inserts"),
+        F.count(F.when(F.col("_op") == "U", 1)).alias("updates"),
+        F.count(F.when(F.col("_op") == "D", 1)).alias("deletes"),
         F.count(F.when((F.col("_op") == "U") & (F.size("_unchanged") > 0), 1)).alias("unchanged"),
         F.collect_list(
             F.when(F.col("_op") == "T", F.struct("_commit_lsn", "_seq", F.unix_micros("_commit_time")))
@@ -119,6 +131,8 @@ def _facts_from_row(row: Row | dict[str, Any], table: tuple[str, str], keys: Seq
         user_keys=tuple(keys) if keys is not None else None,
         max_commit_time_us=row["max_time"],
         min_commit_lsn=row["min_lsn"],
+        updates=row["updates"],
+        deletes=row["deletes"],
     )
 
 
@@ -202,6 +216,8 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
         "_commit_lsn": batch.column("_commit_lsn"), "_seq": batch.column("_seq"),
         "moved": pc.and_(pc.and_(update, moved_old), has_unchanged),
         "inserts": pc.equal(op, "I"),
+        "updates": update,
+        "deletes": pc.equal(op, "D"),
         "unchanged": pc.and_(update, has_unchanged),
         "truncate": pc.equal(op, "T"),
         # a replica identity as one comparable value (its column names joined; NUL never occurs in them)
@@ -211,7 +227,7 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
     })  # fmt: skip
     groups = flags.group_by(["_schema", "_table"]).aggregate([
         ("row", "count"), ("_commit_lsn", "max"), ("_commit_lsn", "min"), ("time", "max"), ("moved", "sum"), ("inserts", "sum"),
-        ("unchanged", "sum"), ("identity", "count_distinct"),
+        ("updates", "sum"), ("deletes", "sum"), ("unchanged", "sum"), ("identity", "count_distinct"),
     ]).to_pylist()  # fmt: skip
     # the key of a table's last change (max_by over (commit LSN, seq)): the rows sorted once
     order = pc.sort_indices(flags, [("_commit_lsn", "ascending"), ("_seq", "ascending")])
@@ -231,6 +247,7 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
         row = {
             "n": g["row_count"], "max_lsn": g["_commit_lsn_max"], "min_lsn": g["_commit_lsn_min"], "max_time": g["time_max"], "moved": g["moved_sum"] or 0,
             "inserts": g["inserts_sum"] or 0, "unchanged": g["unchanged_sum"] or 0,
+            "updates": g["updates_sum"] or 0, "deletes": g["deletes_sum"] or 0,
             "identities": g["identity_count_distinct"], "key": key_column[last_row[table]].as_py(),
             "truncs": truncs.get(table, []),
         }  # fmt: skip

@@ -355,7 +355,8 @@ class ApplyChanges:
             # applied from the driver only where that is cheap: a large MERGE is Spark's
             from_arrow = arrow is not None and part is given and (applier.reads_arrow or takes(table_facts))
             rows = arrow_table_changes(arrow, schema, name) if from_arrow else None
-            return applier.apply(session, part, batch_id, table_facts, rows)
+            result, record = applier.apply(session, part, batch_id, table_facts, rows)
+            return replace(result, ops=table_facts.ops), record  # by operation, for the pipeline's counts
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
         workers = min(self._parallelism, len(tables))
