@@ -60,6 +60,15 @@ class IdempotentWrite:
             self.spark.conf.unset(k)
 
 
+def committed_version(spark: SparkSession, path: str) -> int:
+    """The version of the Delta table at ``path`` after a write through ``spark``'s JVM: its
+    cached snapshot, which Delta moves to the commit it just made (no listing, no Spark job).
+    What a change data feed's ``_commit_version`` is matched with (:mod:`.progress`)."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return int(log.unsafeVolatileSnapshot().version())
+
+
 def txn_app_id(app_id: str, schema: str, table: str, step: str = "") -> str:
     """Delta's transaction app id of one query's writes to one table (one per write step)."""
     return f"{app_id}/{schema}.{table}{'#' + step if step else ''}"
