@@ -358,7 +358,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             inserts = inserts.select(columns)
             write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
-            table.update_incremental()  # type: ignore[attr-defined]  (this commit: its version)
+            table.update_incremental()  # this commit: its version
             _keep(local, identity, table)
             return table.version()
         if facts.truncates:  # the changes after the last TRUNCATE, merged into an emptied table
@@ -524,7 +524,8 @@ def _keep(local: str, identity: tuple[int, int, int] | None, table: object) -> N
             _seen[local] = (identity, table)
 
 
-def _refuse(path: str, reason: str) -> None:
+def _refuse(path: str, reason: str) -> int | None:
+    """Leave ``path``'s batches to Spark's MERGE (said once per table): None, :func:`apply`'s "not written"."""
     with _lock:
         if path in _refused:
             return None

@@ -29,10 +29,10 @@ from walspark.spark.lake.tables import (
     CDF_PROPERTY,
     COLUMN_MAPPING,
     COLUMN_MAPPING_REASON,
+    change_data_feed,
     field_names,
     mapping_reason,
     quote,
-    change_data_feed,
     sql_string,
     table_properties,
 )
