@@ -32,6 +32,7 @@ SETTERS = {
     "keep_changes_hours": (lambda p: p.change_log(True, keep_hours=48), 48.0),
     "metrics_port": (lambda p: p.metrics(9187), 9187),
     "metrics_host": (lambda p: p.metrics(9187, host="0.0.0.0"), "0.0.0.0"),
+    "change_data_feed": (lambda p: p.change_data_feed(), True),
 }
 #: Set by the constructor, or by how the builder is run.
 GIVEN = {"dsn", "publication", "slot", "target", "once"}

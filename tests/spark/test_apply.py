@@ -427,6 +427,95 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
     assert_equal(spark, src, str(tmp_path / "driver"), "public.items", ("doc",))
 
 
+#: Batches of transactions on ``t (id int PRIMARY KEY, v text)``: updates (a row twice, a key
+#: changed twice), a row inserted and deleted in one batch, deletes, inserts alone (an append), a
+#: TRUNCATE among other changes and one alone.
+CDF_BATCHES = [
+    [["INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 8) g"]],
+    [["UPDATE t SET v = 'b' WHERE id = 1", "UPDATE t SET v = 'c' WHERE id = 2"], ["UPDATE t SET v = 'd' WHERE id = 2"],
+     ["UPDATE t SET id = 20 WHERE id = 3"], ["UPDATE t SET id = 21 WHERE id = 20"],
+     ["INSERT INTO t VALUES (30, 'x')"], ["DELETE FROM t WHERE id = 30", "DELETE FROM t WHERE id = 4"],
+     ["INSERT INTO t VALUES (9, 'n')"]],
+    [["INSERT INTO t VALUES (10, 'i'), (11, 'j')"]],
+    [["UPDATE t SET v = 'e' WHERE id = 5"], ["TRUNCATE t"], ["INSERT INTO t VALUES (1, 'after'), (40, 'new')"],
+     ["UPDATE t SET v = 'again' WHERE id = 40"]],
+    [["TRUNCATE t"]],
+]
+
+
+def _feed_per_batch(rows: list[dict], versions: list[int], first: int) -> dict[tuple[int, int], tuple]:
+    """A change data feed's rows as (batch, key) → (value before, value after) (None: no row),
+    each commit version given to the batch whose progress row records it or the next one above."""
+    import bisect
+
+    out: dict[tuple[int, int], list] = {}
+    for r in rows:
+        batch = bisect.bisect_left(versions, r["_commit_version"])
+        assert first <= batch < len(versions), r
+        slot = out.setdefault((batch, r["id"]), [None, None])
+        side = 0 if r["_change_type"] in ("delete", "update_preimage") else 1
+        assert slot[side] is None, (r, slot)  # one net change per key and batch
+        slot[side] = r["v"]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def test_change_data_feed_gives_each_batch_net_change_per_key(source_factory, spark, tmp_path, monkeypatch):
+    """With the change data feed on, a table's feed read by Spark (``readChangeFeed``) and by
+    delta-rs (``load_cdf``) is, batch by batch (its commit versions mapped to the batch by the
+    progress table's ``commit_version``), per key, the source's net change over the batch: an
+    insert, an update's pre- and post-image, a delete — a row inserted and deleted within the batch
+    gives nothing, a key changed twice a delete and an insert, a TRUNCATE a delete of every row it
+    removed. Both ways of writing: small batches from the driver (delta-rs's appends and MERGEs) and
+    every batch through Spark's MERGE. The first batch is applied before the feed is asked for; the
+    next run's first batch turns it on (a metadata commit); each data commit's user metadata names
+    its batch."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
+    from walspark.spark.lake.tables import CHANGE_DATA_FEED
+
+    src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    states = [{}]
+    batches = []
+    for txns in CDF_BATCHES:
+        for txn in txns:
+            src.sql(*txn)
+        states.append({r["id"]: r["v"] for r in src.rows("t")})
+        [df] = src.drain()
+        batches.append(df)
+    ways = {"driver": "10000", "spark": "0"}
+    try:
+        for batch_id, df in enumerate(batches):
+            if batch_id == 1:
+                spark.conf.set(CHANGE_DATA_FEED, "true")
+            for way, limit in ways.items():
+                monkeypatch.setenv(DRIVER_MERGE_ROWS, limit)
+                sink = ApplyChanges(str(tmp_path / way)).app_id("q")  # a new run's sink from batch 1
+                sink.foreach_batch(df, batch_id)
+                sink.flush()
+    finally:
+        spark.conf.unset(CHANGE_DATA_FEED)
+    want = {(b, k): (states[b].get(k), states[b + 1].get(k)) for b in range(1, len(batches))
+            for k in states[b].keys() | states[b + 1].keys() if states[b].get(k) != states[b + 1].get(k)}  # fmt: skip
+    assert any(after is None for _, after in want.values()) and any(b is None for b, _ in want.values())
+    for way in ways:
+        path = str(tmp_path / way / "public" / "t")
+        progress = spark.read.format("delta").load(str(tmp_path / way / "_walspark" / "progress"))
+        versions = [r.commit_version for r in progress.where("table_name = 't'").orderBy("batch_id").collect()]
+        assert versions == sorted(versions) and len(versions) == len(batches), versions
+        start = versions[0] + 1  # the feed was turned on by the commit after the first batch's
+        feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", start).load(path)
+        by_spark = [r.asDict() for r in feed.collect()]
+        by_rs = pa.RecordBatchReader.from_stream(DeltaTable(path).load_cdf(starting_version=start)).read_all()
+        assert _feed_per_batch(by_spark, versions, 1) == want, way
+        assert _feed_per_batch(by_rs.to_pylist(), versions, 1) == want, way
+        history = {r.version: r for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()}
+        assert [json.loads(history[v].userMetadata)["batch_id"] for v in versions] == list(range(len(batches)))
+        engines = {history[v].engineInfo.startswith("delta-rs") for v in versions}
+        assert engines == {way == "driver"}, (way, engines)
+
+
 def test_a_dropped_column_leaves_the_batches_on_the_driver(source_factory, spark, tmp_path, monkeypatch):
     """After DROP COLUMN the Delta table keeps the column (NULL in every row written since, its
     values in the others); the table's batches stay on the driver (delta-rs commits: an update,

@@ -119,6 +119,16 @@ class Pipeline:
             keep_changes_hours=None if keep_hours is None else float(keep_hours),
         )
 
+    def change_data_feed(self, enabled: bool = True) -> Pipeline:
+        """Give every Delta table of a source table (mirror or history) Delta's change data feed:
+        created with it, and turned on for a table that lacks it at its next batch (a metadata
+        commit). Each batch's changes are then readable as Delta's ``_change_type`` rows
+        (``spark.read.option("readChangeFeed", "true")``, delta-rs's ``load_cdf``), and the progress
+        table maps their ``_commit_version`` to the batch's LSNs. Sets
+        ``spark.walspark.changeDataFeed`` on the run's session; ``False`` leaves tables that have
+        the feed as they are (docs/applying.md, "Delta's change data feed")."""
+        return self._set(change_data_feed=bool(enabled))
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""

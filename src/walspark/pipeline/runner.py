@@ -39,6 +39,10 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
         tracker.phase("starting")
     check_python_workers(spark)
     register(spark)
+    if settings.change_data_feed:  # read where tables are made or written: the snapshot, the sink, the sync
+        from walspark.spark.lake.tables import CHANGE_DATA_FEED
+
+        spark.conf.set(CHANGE_DATA_FEED, "true")
     snapshot = needs_snapshot(settings)
     warmup = None
     if not settings.once or snapshot:  # a query will run: its first batch finds its Python workers started

@@ -118,6 +118,11 @@ class RunSettings:
     fold_seconds: float = _option(
         "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0
     )
+    change_data_feed: bool = _option(
+        "Give the Delta tables of the source's tables Delta's change data feed (delta.enableChangeDataFeed; "
+        "turned on for existing ones at their next batch): each batch's changes readable with readChangeFeed.",
+        False,
+    )
     keep_changes_hours: float | None = _option(
         "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
         "ago (default: keep every change).",

@@ -39,6 +39,7 @@ from walspark.spark.lake.frames import TableRows
 from walspark.spark.lake.writes import (
     IdempotentWrite,
     append_inserts,
+    committed_version,
     merge_multiset,
     merge_scd1,
     txn_app_id,
@@ -178,7 +179,6 @@ def apply_table(
     dropped = tgt.evolve(fields, SCD2_DDL if mode == "scd2" else (), known)
     result = ApplyResult(schema, name, path, facts.rows, commit_lsn=facts.max_commit_lsn,
                          commit_time_us=facts.max_commit_time_us)  # fmt: skip
-    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode)
     names = [f.name for f in fields]
     # Changes made under different replica identities are matched each on its own, run by run:
     # a plain run of a batch on the driver is applied from there (.driver_merge), the others
@@ -193,15 +193,14 @@ def apply_table(
         runs = [(functools.partial(_same, part), part_facts, None)
                 for part, part_facts in identity_runs(rows.frame(), facts)]  # fmt: skip
     engines = []
+    version: int | None = None  # the table's version after the batch's last write
     for i, (part, part_facts, part_arrow) in enumerate(runs):
         txn = txn_app_id(app_id, schema, name, run_step(i))
-        if (
-            part_arrow is not None
-            and driver_merge.plain(part_facts, names)
-            and driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note)
-        ):
-            engines.append("delta-rs")  # (a run without a key comes here with inserts only: nothing dropped)
-            continue
+        if part_arrow is not None and driver_merge.plain(part_facts, names):
+            version = driver_merge.apply(path, part_arrow, part_facts, names, txn, batch_id, note)
+            if version is not None:
+                engines.append("delta-rs")  # (a run without a key comes here with inserts only: nothing dropped)
+                continue
         engines.append("Spark")
         if columnless and mode == "scd1":  # a multiset of marker rows (SCD2: versions appended)
             part_facts = replace(part_facts, keys=(ROW_MARKER,), replica_keys=True)
@@ -213,6 +212,8 @@ def apply_table(
                 from walspark.spark.lake.apply_scd2 import apply_scd2
 
                 apply_scd2(tgt, part(), part_facts, fields)
+        version = committed_version(spark, path)
+    record = ProgressRow(app_id, schema, name, batch_id, facts.max_commit_lsn, facts.rows, mode, version)
     log.info("%s.%s: batch %d, %d change row(s) applied in %.2f s (%s)", schema, name, batch_id, facts.rows,
              time.monotonic() - began, ", ".join(engines))  # fmt: skip
     return result, record

@@ -42,10 +42,11 @@ def can_append(path: str) -> bool:
     return local_path(path) is not None and path not in _refused
 
 
-def append(path: str, rows: pa.Table, note: str | None = None, *, configuration: dict[str, str] | None = None) -> None:
+def append(path: str, rows: pa.Table, note: str | None = None, *, configuration: dict[str, str] | None = None,
+           merge_schema: bool = False) -> None:  # fmt: skip
     """Append ``rows`` to the Delta table at ``path`` in one commit carrying ``note`` (its
     ``userMetadata``, as Spark's writes carry theirs); a missing table is created with the
-    ``configuration`` properties. Raises :class:`DriverAppendUnsupported` when delta-rs refuses
+    ``configuration`` properties; ``merge_schema``: columns the table lacks are added. Raises :class:`DriverAppendUnsupported` when delta-rs refuses
     the table before writing anything; the table is then left to Spark."""
     from deltalake import CommitProperties, write_deltalake
     from deltalake.exceptions import DeltaProtocolError
@@ -54,7 +55,8 @@ def append(path: str, rows: pa.Table, note: str | None = None, *, configuration:
     assert local is not None, path
     properties = CommitProperties(custom_metadata={"userMetadata": note}) if note is not None else None
     try:
-        write_deltalake(local, rows, mode="append", commit_properties=properties, configuration=configuration)
+        write_deltalake(local, rows, mode="append", commit_properties=properties, configuration=configuration,
+                        schema_mode="merge" if merge_schema else None)  # fmt: skip
     except DeltaProtocolError as exc:
         with _lock:
             _refused.add(path)

@@ -41,10 +41,14 @@ DRIVER_MERGE_ROWS = "WALSPARK_DRIVER_MERGE_ROWS"
 _DEFAULT_ROWS = 10_000
 
 #: Protocol features delta-rs writes as Spark does. Deletion vectors are not among them: a
-#: rewrite that did not honour a file's vector would bring deleted rows back.
-_SAFE_FEATURES = frozenset({"columnMapping", "timestampNtz", "appendOnly", "invariants"})
+#: rewrite that did not honour a file's vector would bring deleted rows back. The change data
+#: feed is: delta-rs (1.6) writes a MERGE's ``_change_data`` files (``insert``, ``delete``,
+#: ``update_preimage``/``update_postimage``, a TRUNCATE's ``delete`` of every row) as Spark's
+#: MERGE does, and its appends are read as inserts (tests/spark/test_apply.py holds both paths'
+#: feeds to the source's changes).
+_SAFE_FEATURES = frozenset({"columnMapping", "timestampNtz", "appendOnly", "invariants", "changeDataFeed"})
 #: Table properties whose writes delta-rs does not make as Spark would.
-_UNSAFE_PROPERTIES = ("delta.enableDeletionVectors", "delta.enableChangeDataFeed", "delta.enableTypeWidening")
+_UNSAFE_PROPERTIES = ("delta.enableDeletionVectors", "delta.enableTypeWidening")
 
 _refused: set[str] = set()
 _lock = threading.Lock()
@@ -318,17 +322,18 @@ def _quote(name: str) -> str:
 
 
 def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], app_id: str, version: int,
-          note: str) -> bool:  # fmt: skip
+          note: str) -> int | None:  # fmt: skip
     """Apply one table's plain batch (its rows in the per-table layout) from the driver, in one
-    commit carrying the transaction (``app_id``, ``version``) and ``note``. True: applied, or
-    applied before; False: nothing was written, the batch is Spark's to apply."""
+    commit carrying the transaction (``app_id``, ``version``) and ``note``. Returns the table's
+    version after it (the commit that applied the batch; where it was applied before, the table's
+    newest); None: nothing was written, the batch is Spark's to apply."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
     local = local_path(path)
     if local is None or path in _refused or (not _appends(facts) and not _key_types_ok(rows, facts.keys)):
-        return False
+        return None
     try:
         identity, table = _open(local)
         if not writable(table):
@@ -339,7 +344,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         dropped = [n for n in types if n not in names]  # dropped in PostgreSQL: NULL from then on, as Spark's
         if applied or not set(names) <= set(types) or (dropped and _multiset(facts, names)):
             _keep(local, identity, table)
-            return applied
+            return table.version() if applied else None
     except Exception as exc:  # noqa: BLE001 - Spark answers whatever delta-rs cannot
         return _refuse(path, str(exc))
     properties = CommitProperties(app_transactions=[Transaction(app_id, version)],
@@ -353,8 +358,9 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             inserts = inserts.select(columns)
             write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
-            _keep(local, identity, table)  # it catches up on this commit at its next use
-            return True
+            table.update_incremental()  # this commit: its version
+            _keep(local, identity, table)
+            return table.version()
         if facts.truncates:  # the changes after the last TRUNCATE, merged into an emptied table
             last = facts.truncates[-1]
             lsn, seq = rows.column("_commit_lsn"), rows.column("_seq")
@@ -366,13 +372,13 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         kept = {i: n for i, n in enumerate(names) if unchanged_column(i) in source.column_names}
         if facts.truncates and kept:
             _keep(local, identity, table)
-            return False  # a value kept from an emptied table: Spark's path answers it
+            return None  # a value kept from an emptied table: Spark's path answers it
         source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
                                         (f"{_P}op", pa.string()), *[(n, types[n]) for n in names],
                                         *[(unchanged_column(i), pa.bool_()) for i in kept]]))  # fmt: skip
         if not _targets_hold(table, source, facts.keys, [unchanged_column(i) for i in kept]):
             _keep(local, identity, table)
-            return False  # Spark's path stops the table, naming the key (.unchanged)
+            return None  # Spark's path stops the table, naming the key (.unchanged)
         values = {_quote(n): f"s.{_quote(n)}" for n in names}
         update = values | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
                             for i, n in kept.items()} | {_quote(n): "NULL" for n in dropped}  # fmt: skip
@@ -386,14 +392,15 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             merge = merge.when_not_matched_by_source_delete()
         merge.execute()
         _keep(local, identity, table)
-        return True
+        return table.version()
     except Exception as exc:  # noqa: BLE001
         try:  # committed before it failed? the transaction says
-            done = DeltaTable(local).transaction_version(app_id)
+            now = DeltaTable(local)
+            done = now.transaction_version(app_id)
         except Exception:  # noqa: BLE001
             done = None
         if done is not None and done >= version:
-            return True
+            return now.version()
         return _refuse(path, str(exc))
 
 
@@ -440,11 +447,12 @@ def _held_counts(table, counts: pa.Table, names: Sequence[str]) -> dict[tuple, i
 
 
 def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence[str], types: dict,
-                    properties, truncated: bool) -> bool:  # fmt: skip
+                    properties, truncated: bool) -> int | None:  # fmt: skip
     """A multiset batch (see :func:`multiset_counts`) in one delta-rs MERGE, as
     :func:`.writes.merge_multiset` makes it through Spark: a value that lost rows is deleted and
     inserted again as many times as remain (the target's count plus the net change), a value that
-    only gained rows gets that many inserts; after a TRUNCATE every other row is deleted."""
+    only gained rows gets that many inserts; after a TRUNCATE every other row is deleted. Returns
+    the table's version after it; None: not written here."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -457,7 +465,7 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
         held = _held_counts(table, counts.filter(pc.less(counts.column(f"{_P}n"), 0)), names)
         if held is None:
             _keep(local, identity, table)
-            return False
+            return None
     picks, actions = [], []
     for i, (value, net) in enumerate(zip(values, nets, strict=True)):
         if net < 0:
@@ -487,7 +495,7 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
         merge = merge.when_not_matched_by_source_delete()
     merge.execute()
     _keep(local, identity, table)
-    return True
+    return table.version()
 
 
 def _open(local: str):
@@ -516,10 +524,11 @@ def _keep(local: str, identity: tuple[int, int, int] | None, table: object) -> N
             _seen[local] = (identity, table)
 
 
-def _refuse(path: str, reason: str) -> bool:
+def _refuse(path: str, reason: str) -> int | None:
+    """Leave ``path``'s batches to Spark's MERGE (said once per table): None, :func:`apply`'s "not written"."""
     with _lock:
         if path in _refused:
-            return False
+            return None
         _refused.add(path)
     log.info("%s: applied through Spark's MERGE (delta-rs: %s)", path, reason.splitlines()[0] if reason else "?")
-    return False
+    return None

@@ -26,8 +26,10 @@ from walspark.spark.datasource.schema import (
     SAME_AS_KEY,
 )
 from walspark.spark.lake.tables import (
+    CDF_PROPERTY,
     COLUMN_MAPPING,
     COLUMN_MAPPING_REASON,
+    change_data_feed,
     field_names,
     mapping_reason,
     quote,
@@ -209,6 +211,18 @@ class TargetTable:
         text = ", ".join(f"{sql_string(k)} = {sql_string(v)}" for k, v in props.items())
         self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ({text})")
 
+    def follow_change_data_feed(self) -> None:
+        """Turn Delta's change data feed on for the table when the session asks for it
+        (:data:`.tables.CHANGE_DATA_FEED`) and it lacks it: one metadata commit (Spark's ``ALTER
+        TABLE ... SET TBLPROPERTIES``, which gives the protocol the ``changeDataFeed`` feature), from
+        which its feed is readable. Never turned off here (walspark removes no feature)."""
+        if not change_data_feed(self.spark.conf):
+            return
+        if self.properties().get(CDF_PROPERTY, "false").lower() == "true":
+            return
+        log.warning("%s: turning Delta's change data feed on (readable from the table's next version)", self.qualified)
+        self.spark.sql(f"ALTER TABLE {self.sql_name} SET TBLPROPERTIES ({sql_string(CDF_PROPERTY)} = 'true')")
+
     def add_columns(self, fields: Sequence[StructField], ddl: Sequence[tuple[str, str]] = ()) -> None:
         """Add nullable columns: ``fields``, then ``ddl``'s (name, Spark SQL type). From the driver
         with delta-rs where it writes the table as Spark does and only ``fields`` are added, else
@@ -278,6 +292,7 @@ class TargetTable:
         if not self.exists():
             self.create(fields, extra_ddl)
             return {**{f.name: f.dataType for f in fields}, **{name: None for name, _ in extra_ddl}}
+        self.follow_change_data_feed()
         current = {f.name: f for f in self.columns()}
         added = [f for f in fields if f.name not in current]
         widened: list[tuple[str, DataType]] = []

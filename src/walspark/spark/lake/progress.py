@@ -26,7 +26,8 @@ AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 
 PROGRESS_DDL = (
     "app_id STRING, schema_name STRING, table_name STRING, batch_id BIGINT, "
-    "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP"
+    "commit_lsn BIGINT, commit_lsn_text STRING, rows BIGINT, mode STRING, applied_at TIMESTAMP, "
+    "commit_version BIGINT"
 )
 
 
@@ -41,7 +42,7 @@ def _arrow_schema() -> pa.Schema:
     return pa.schema([
         ("app_id", pa.string()), ("schema_name", pa.string()), ("table_name", pa.string()), ("batch_id", pa.int64()),
         ("commit_lsn", pa.int64()), ("commit_lsn_text", pa.string()), ("rows", pa.int64()), ("mode", pa.string()),
-        ("applied_at", pa.timestamp("us", "UTC")),
+        ("applied_at", pa.timestamp("us", "UTC")), ("commit_version", pa.int64()),
     ])  # fmt: skip
 
 
@@ -56,6 +57,10 @@ class ProgressRow:
     commit_lsn: int | None
     rows: int
     mode: str
+    #: The table's Delta version after the batch's writes (None: not known, e.g. a change-log
+    #: append): a change data feed's ``_commit_version`` v is this batch's when the table's
+    #: previous batch recorded a version below v and this one a version at or above it.
+    commit_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +167,7 @@ class ProgressTable:
         now = datetime.datetime.now(datetime.UTC)
         rows = [
             (r.app_id, r.schema, r.table, r.batch_id, r.commit_lsn,
-             None if r.commit_lsn is None else format_lsn(r.commit_lsn), r.rows, r.mode, now)
+             None if r.commit_lsn is None else format_lsn(r.commit_lsn), r.rows, r.mode, now, r.commit_version)
             for r in records
         ]  # fmt: skip
         known = self._load()
@@ -171,7 +176,9 @@ class ProgressTable:
         if not driven:
             df = self.spark.createDataFrame(rows, PROGRESS_DDL)
             # one file per append, and auto compaction (set when the first append creates the table)
-            writer = df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true")
+            # (mergeSchema: a table from before a column was added takes it)
+            writer = (df.coalesce(1).write.format("delta").mode("append").option(AUTO_COMPACT, "true")
+                      .option("mergeSchema", "true"))  # fmt: skip
             if self.path in self._created:
                 writer.save(self.path)
             else:
@@ -200,10 +207,10 @@ class ProgressTable:
         table = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
         try:
             if self.path in self._created:
-                driver_append.append(self.path, table)
+                driver_append.append(self.path, table, merge_schema=True)
             else:
                 with self._creating:  # perhaps the append that creates the table: one at a time
-                    driver_append.append(self.path, table, configuration={AUTO_COMPACT: "true"})
+                    driver_append.append(self.path, table, configuration={AUTO_COMPACT: "true"}, merge_schema=True)
                     self._created.add(self.path)
         except driver_append.DriverAppendUnsupported:
             return False

@@ -12,11 +12,14 @@ if TYPE_CHECKING:
     from walspark.storage import Location
 
 __all__ = [
+    "CDF_PROPERTY",
+    "CHANGE_DATA_FEED",
     "COLUMN_MAPPING",
     "COLUMN_MAPPING_REASON",
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
+    "change_data_feed",
     "field_names",
     "is_delta_table",
     "mapping_reason",
@@ -118,6 +121,26 @@ DELETION_VECTORS_MIN_ROWS = "spark.walspark.deletionVectors.minRows"
 DEFAULT_DELETION_VECTORS_MIN_ROWS = 1_000_000
 
 
+#: The Spark setting that gives every table walspark creates for a source table, mirror or history,
+#: Delta's change data feed (``delta.enableChangeDataFeed``), and turns it on for such a table that
+#: lacks it at its next batch (``walspark run --change-data-feed`` sets it). walspark's own tables
+#: and change logs never get it. Unset or ``false``: tables are created without it, and a table
+#: that has it keeps it (walspark never removes a feature; ``ALTER TABLE ... SET TBLPROPERTIES
+#: ('delta.enableChangeDataFeed' = false)`` does).
+CHANGE_DATA_FEED = "spark.walspark.changeDataFeed"
+#: The Delta table property of the change data feed.
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+
+
+def change_data_feed(conf: Mapping[str, str] | RuntimeConfig | None) -> bool:
+    """Whether :data:`CHANGE_DATA_FEED` is on in ``conf`` (the session's ``spark.conf``)."""
+    raw = conf.get(CHANGE_DATA_FEED, None) if conf is not None else None
+    value = str(raw or "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"{CHANGE_DATA_FEED} must be true or false, not {raw!r}")
+    return value == "true"
+
+
 def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, estimated_rows: int | None = 0,
                      names: Iterable[str] = ()) -> dict[str, str]:  # fmt: skip
     """The properties of a new target table of about ``estimated_rows`` rows (None: unknown, as 0)
@@ -126,8 +149,9 @@ def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, esti
     Only the features the table needs, so that every engine reads it until a change asks for
     more: column mapping when a name needs it (:func:`mapping_reason`, recorded in
     :data:`COLUMN_MAPPING_REASON`), deletion vectors from :data:`DELETION_VECTORS_MIN_ROWS`
-    (read from ``conf``, the session's ``spark.conf``). With deletion vectors Delta takes the
-    protocol the features need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
+    (read from ``conf``, the session's ``spark.conf``), the change data feed when
+    :data:`CHANGE_DATA_FEED` says so. With deletion vectors Delta takes the protocol the features
+    need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
     """
     raw = conf.get(DELETION_VECTORS_MIN_ROWS, None) if conf is not None else None
     try:
@@ -141,6 +165,8 @@ def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, esti
         props[COLUMN_MAPPING_REASON] = reason
     if threshold >= 0 and (estimated_rows or 0) >= threshold:
         props["delta.enableDeletionVectors"] = "true"
+    if change_data_feed(conf):
+        props[CDF_PROPERTY] = "true"
     return props
 
 

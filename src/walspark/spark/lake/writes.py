@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,6 +58,15 @@ class IdempotentWrite:
     def __exit__(self, *exc: object) -> None:
         for k in self.settings:
             self.spark.conf.unset(k)
+
+
+def committed_version(spark: SparkSession, path: str) -> int:
+    """The version of the Delta table at ``path`` after a write through ``spark``'s JVM: its
+    cached snapshot, which Delta moves to the commit it just made (no listing, no Spark job).
+    What a change data feed's ``_commit_version`` is matched with (:mod:`.progress`)."""
+    jvm: Any = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return int(log.unsafeVolatileSnapshot().version())
 
 
 def txn_app_id(app_id: str, schema: str, table: str, step: str = "") -> str:
