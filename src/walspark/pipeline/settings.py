@@ -108,20 +108,6 @@ class RunSettings:
     retain_hours: float | None = _option(
         "VACUUM's retention (default: each table's own, Delta's 7 days).", None, minimum=0
     )
-    change_log: bool = _option(
-        "Append each batch to TARGET/_changes/<schema>/<table> and fold the Delta tables from it in the "
-        "background (fresher, no MERGE per batch; see walspark.read_table).",
-        False,
-    )
-    fold_seconds: float = _option(
-        "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0
-    )
-    keep_changes_hours: float | None = _option(
-        "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
-        "ago (default: keep every change).",
-        None,
-        minimum=0,
-    )
 
     @property
     def layout(self) -> TargetLayout:
