@@ -16,8 +16,7 @@ walsender delivers them — and prints the ratio.
    lag (now minus the newest history row visible in Delta, sampled every 2 s) and the time to
    drain after the writes stop.
 3. **pgbench**: PostgreSQL's own pgbench at the rate the server sustains alone here, for
-   ``--pgbench-seconds`` (300), in the default mode and in change-log mode (``bench/pgbench_run.py``
-   says how): offered against applied changes/s and the lag every 30 s.
+   ``--pgbench-seconds`` (300) (``bench/pgbench_run.py`` says how): offered against applied changes/s and the lag every 30 s.
 
 Spark's one-off start-up (JVM, Delta, Python workers) is paid by a small warm-up pipeline before
 anything is timed, as a long-running pipeline pays it once. Progress on stderr, tables on stdout.
@@ -308,7 +307,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="sustained: seconds of writes (default 60)")
     parser.add_argument("--trigger", type=float, default=1.0, help="sustained: trigger interval (default 1 s)")
     parser.add_argument("--pgbench-seconds", type=float, default=300.0, help="pgbench: seconds per mode (default 300)")
-    parser.add_argument("--pgbench-modes", default="merge,change-log", help="pgbench: modes (merge,change-log)")
     parser.add_argument("--scale", type=int, default=1, help="pgbench: scale (default 1: 100,000 accounts)")
     parser.add_argument("--clients", type=int, default=2, help="pgbench: clients (default 2)")
     parser.add_argument("--only", choices=("bulk", "sustained", "pgbench"), default=None, help="run one scenario")
@@ -344,9 +342,8 @@ def main() -> None:
         if args.only in (None, "pgbench"):
             from pgbench_run import run_mode  # bench/pgbench_run.py, beside this script
 
-            benched = [run_mode(spark, pg, tmp, mode, scale=args.scale, clients=args.clients, calibrate=10.0,
-                                seconds=args.pgbench_seconds, trigger=args.trigger)
-                       for mode in args.pgbench_modes.split(",")]  # fmt: skip
+            benched = [run_mode(spark, pg, tmp, "merge", scale=args.scale, clients=args.clients, calibrate=10.0,
+                                seconds=args.pgbench_seconds, trigger=args.trigger)]  # fmt: skip
         spark.stop()
     print_table(results)
     print()

@@ -4,14 +4,13 @@ pgbench (shipped with the embedded server) initialises its four tables (scale ``
 100,000 accounts), all published; the pipeline copies them (its snapshot) and streams. First
 pgbench runs alone, unthrottled, for ``--calibrate`` seconds (10): the rate the server sustains
 here, on this machine. Then it runs at that rate (``-R``) for ``--seconds`` (300) while the
-pipeline streams, in the default mode (a MERGE per batch) and in change-log mode, each on fresh
-tables. A TPC-B-like transaction is 4 changes (3 updates, 1 insert into the keyless history).
+pipeline streams (a MERGE per batch). A TPC-B-like transaction is 4 changes (3 updates, 1 insert
+into the keyless history).
 
-Reported per mode: offered changes/s (pgbench's transactions × 4 over its run), applied
-changes/s (until the last history row is in the mirror), and the lag every 30 s — the age of
-the newest history row visible (delta-rs reads the newest ``mtime`` from the log's file
-statistics every 2 s; the window's largest sample) — in the mirror and, in change-log mode, in
-the change log. The lag must not grow.
+Reported: offered changes/s (pgbench's transactions × 4 over its run), applied changes/s (until
+the last history row is in the mirror), and the lag every 30 s — the age of the newest history
+row visible in the mirror (delta-rs reads the newest ``mtime`` from the log's file statistics
+every 2 s; the window's largest sample). The lag must not grow.
 """
 
 from __future__ import annotations
@@ -103,14 +102,10 @@ def run_mode(spark: SparkSession, pg: EmbeddedPostgres, tmp: str, mode: str, *, 
     target = Path(tmp) / db
     pipe = Pipeline(spark, dsn=dsn, publication="pgb_pub", slot=f"{db}_slot", target=str(target))
     pipe = pipe.trigger_seconds(trigger).on_progress(lambda _line: None)
-    if mode == "change-log":
-        pipe = pipe.change_log(True)
     handle = start_pipeline(pipe, timeout=900)
     with psycopg.connect(dsn) as conn:
         base = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()[0]  # type: ignore[index]
     readers = {"mirror": target / "public" / "pgbench_history"}
-    if mode == "change-log":
-        readers["change log"] = target / "_changes" / "public" / "pgbench_history"
     cache: dict[Path, Any] = {}
     result.lag = {name: [] for name in readers}
     done = threading.Event()

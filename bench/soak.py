@@ -367,8 +367,6 @@ def main() -> None:
     parser.add_argument("--per-txn", type=int, default=50, help="changes per transaction (default 50)")
     parser.add_argument("--churn", type=float, default=0.05, help="share of inserts, and of deletes (default 0.05)")
     add_stream_options(parser, sample=1.0, what="freshness")
-    parser.add_argument("--change-log", action="store_true",
-                        help="stream in change-log mode (walspark run --change-log); freshness is the mirrors'")
     parser.add_argument("--keep", type=Path, default=None, help="keep the target (Delta tables) here")
     args = parser.parse_args()
     if args.rows <= args.per_txn:
@@ -394,7 +392,7 @@ def main() -> None:
             log(f"snapshot of {args.tables} x {args.rows:,} rows, then streaming (trigger {args.trigger:g} s)")
             handle = start_pipeline(Pipeline(spark, dsn=dsn, publication="soak_pub", slot="soak_slot",
                                              target=str(target)).trigger_seconds(args.trigger)
-                                    .change_log(args.change_log).on_progress(lambda _line: None),
+                                    .on_progress(lambda _line: None),
                                     timeout=900)  # fmt: skip
             batches.handle = handle
             try:

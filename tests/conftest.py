@@ -64,7 +64,6 @@ def pg15() -> Iterator[EmbeddedPostgres]:
 #: The longest tests in CI's list of the 25 slowest (minutes each on 2 cores), longest first.
 LONGEST = (
     "tests/reliability/test_crash_run.py::test_sigkill_at_random_points",
-    "tests/reliability/test_crash_change_log.py",
     "tests/scenarios/test_table_sync_stream.py",
     "tests/reliability/test_pipeline_faults.py",
     "tests/cluster/",

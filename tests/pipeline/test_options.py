@@ -27,9 +27,6 @@ SETTERS = {
     "state": (lambda p: p.state("/elsewhere"), "/elsewhere"),
     "maintenance_hours": (lambda p: p.maintenance(6), 6.0),
     "retain_hours": (lambda p: p.maintenance(24, retain_hours=1), 1.0),
-    "change_log": (lambda p: p.change_log(), True),
-    "fold_seconds": (lambda p: p.change_log(True, fold_seconds=9), 9.0),
-    "keep_changes_hours": (lambda p: p.change_log(True, keep_hours=48), 48.0),
     "metrics_port": (lambda p: p.metrics(9187), 9187),
     "metrics_host": (lambda p: p.metrics(9187, host="0.0.0.0"), "0.0.0.0"),
     "change_data_feed": (lambda p: p.change_data_feed(), True),
@@ -75,9 +72,9 @@ def test_every_setting_has_a_builder_method_that_leaves_the_builder_as_it_was() 
     (lambda p: p.max_rows_per_batch(0), "--max-rows-per-batch"),
     (lambda p: p.sync_chunk_rows(0), "--sync-chunk-rows"),
     (lambda p: p.maintenance(-1), "--maintenance-hours"),
-    (lambda p: p.change_log(True, fold_seconds=-1), "--fold-seconds"),
     (lambda p: p.metrics(0), "--metrics-port"),
     (lambda p: p.metrics(65536), "--metrics-port"),
+    (lambda p: p.maintenance(24, retain_hours=-1), "--retain-hours"),
 ])  # fmt: skip
 def test_a_setting_out_of_its_bound_is_refused_naming_the_setting_and_its_flag(call, flag) -> None:
     with pytest.raises(OptionError, match=f"{flag.lstrip('-').replace('-', '_')} \\({flag}\\) must be"):

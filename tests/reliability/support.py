@@ -96,25 +96,6 @@ def mismatches(conn: psycopg.Connection, spark: SparkSession, target: str) -> di
     return out
 
 
-def log_stats(spark: SparkSession, path: str, key: Sequence[str], batch: str) -> tuple[int, int, int | None]:
-    """(rows, distinct ``key`` tuples, highest ``batch``) of a Delta table: a change log's checks.
-
-    A local table is read with delta-rs's SQL engine (no Spark job: a Spark read computes the
-    table's snapshot first, seconds on a busy host); other locations with Spark.
-    """
-    columns = ", ".join(f'"{c}"' for c in key)
-    sql = (f"SELECT (SELECT count(*) FROM t) AS r, (SELECT count(*) FROM (SELECT DISTINCT {columns} FROM t)) AS d, "
-           f"(SELECT max(\"{batch}\") FROM t) AS b")
-    if "://" in path and not path.startswith("file:"):
-        spark.read.format("delta").load(path).createOrReplaceTempView("t")
-        rows, distinct, last = spark.sql(sql.replace('"', "`")).first()
-        return rows, distinct, last
-    from walspark.spark.lake.driver_log import query
-
-    rows, distinct, last = (c[0].as_py() for c in query(path.removeprefix("file:"), sql).columns)
-    return rows, distinct, last
-
-
 def commit_notes(spark: SparkSession | None, path: str) -> list[dict[str, object]]:
     """The JSON notes (``userMetadata``) of a Delta table's commits that carry a batch id.
 
@@ -241,7 +222,7 @@ class Pipeline:
     #: Variables set for the child on top of this process's environment, and its working dir.
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path | None = None
-    #: More ``walspark run`` options, given to every start (e.g. ``("--change-log",)``).
+    #: More ``walspark run`` options, given to every start (e.g. ``("--scd2", "public.t")``).
     extra_args: Sequence[str] = ()
     runs: int = 0
     proc: subprocess.Popen[bytes] | None = None

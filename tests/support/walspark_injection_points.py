@@ -24,11 +24,9 @@ from walspark import _injection
 log = logging.getLogger(__name__)
 
 #: The point at which the driver SIGKILLs its own process group (the JVM with it), logging
-#: ``injection point: killed at <name>``: ``changes-appended`` (a batch's change logs are durable,
-#: Spark has not committed the batch, so the slot is not confirmed), ``fold-planned`` (a fold's
-#: plan is written, nothing folded), ``fold-committed`` (the mirror holds the fold, its progress
-#: row and plan do not); a ``--once`` run's driver batches: ``checkpoint-logged`` (a begun
-#: checkpoint's batch 0 planned, not committed), ``driver-batch-logged``, ``driver-batch-applied``.
+#: ``injection point: killed at <name>``: a ``--once`` run's driver batches: ``checkpoint-logged``
+#: (a begun checkpoint's batch 0 planned, not committed), ``driver-batch-logged``,
+#: ``driver-batch-applied``.
 CRASH_AT = "WALSPARK_TEST_CRASH_AT"
 #: Seconds a table copy waits inside its snapshot before its COPY tasks start (``copy-started``),
 #: ended early once the file named by :data:`COPY_RELEASE` exists (the test releases it when it

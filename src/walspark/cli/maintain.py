@@ -23,21 +23,14 @@ from walspark.cli.options import parse_confs, pipeline_target_options, spark_opt
     "Readers of older versions, time travel included, need the files this keeps.",
 )
 @click.option(
-    "--keep-changes-hours",
-    type=click.FloatRange(0),
-    default=None,
-    help="Delete change-log rows (walspark run --change-log) folded and committed more than this many hours "
-    "ago (default: keep every change).",
-)
-@click.option(
     "--optimize/--no-optimize",
     default=True,
     show_default=True,
     help="Bin-pack files under 64 MB (OPTIMIZE) before the VACUUM.",
 )
 @spark_options
-def maintain_command(target: str, state: str | None, retain_hours: float | None, keep_changes_hours: float | None,
-                     optimize: bool, master: str | None, confs: tuple[str, ...]) -> None:  # fmt: skip
+def maintain_command(target: str, state: str | None, retain_hours: float | None, optimize: bool, master: str | None,
+                     confs: tuple[str, ...]) -> None:  # fmt: skip
     """OPTIMIZE small files and VACUUM every Delta table of the pipeline writing TARGET; fold its progress rows."""
     from pyspark.sql import SparkSession
 
@@ -54,7 +47,6 @@ def maintain_command(target: str, state: str | None, retain_hours: float | None,
             quiet_spark_errors(spark)
         try:
             done = maintain(spark, target, state=state, retain_hours=retain_hours, optimize=optimize,
-                            keep_changes_hours=keep_changes_hours,
                             say=lambda line: click.echo(line, err=True))  # fmt: skip
         finally:
             if owned:

@@ -105,20 +105,6 @@ class Pipeline:
             maintenance_hours=float(every_hours), retain_hours=None if retain_hours is None else float(retain_hours)
         )
 
-    def change_log(self, enabled: bool = True, fold_seconds: float = 0.0,
-                   keep_hours: float | None = None) -> Pipeline:  # fmt: skip
-        """Append each micro-batch to the tables' change logs (``<target>/_changes/...``, one
-        Delta append per table, no MERGE on the hot path) and fold them into the Delta tables in
-        the background, at most every ``fold_seconds`` (0: as soon as the last fold ended).
-        :func:`walspark.read_table` reads a table with the changes not folded yet. Maintenance
-        deletes change-log rows folded and committed more than ``keep_hours`` ago (None: the
-        change logs keep every change, the tables' CDC feed)."""
-        return self._set(
-            change_log=bool(enabled),
-            fold_seconds=float(fold_seconds),
-            keep_changes_hours=None if keep_hours is None else float(keep_hours),
-        )
-
     def change_data_feed(self, enabled: bool = True) -> Pipeline:
         """Give every Delta table of a source table (mirror or history) Delta's change data feed:
         created with it, and turned on for a table that lacks it at its next batch (a metadata

@@ -273,7 +273,7 @@ class ArrowFrame:
     """A batch's rows as the sink's DataFrame, made from their Arrow table on first use.
 
     The sink reads a small batch's rows from the Arrow it is given and asks for the DataFrame
-    only when a table is applied by Spark (or appended to a change log); making it costs ~0.9 s
+    only when a table is applied by Spark; making it costs ~0.9 s
     of py4j and JVM work in a fresh session. Its schema, columns and session are known at once;
     anything else is the DataFrame's (made once, whichever apply thread asks first).
     """

@@ -79,7 +79,7 @@ class StreamProgress:
             end = json.loads(progress.sources[0].endOffset)["lsn"]
         except (IndexError, KeyError, TypeError, ValueError):
             log.debug("no end offset in the batch's progress", exc_info=True)
-        # What the sink took, not Spark's count of rows read (change-log mode reads a batch twice)
+        # What the sink took, not Spark's count of rows read (0 for a batch the driver read)
         taken = self.tracker.rows_of(progress.batchId) if self.tracker is not None else None
         rows = progress.numInputRows if taken is None else taken
         self.report(progress.batchId, rows, progress.batchDuration / 1000.0, end)

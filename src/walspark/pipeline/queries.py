@@ -48,14 +48,6 @@ class SchemaStuckError(RuntimeError):
     """A schema change the pipeline cannot get past: the restarted query stopped at the same place."""
 
 
-#: Change-log mode's bound on change rows per micro-batch unless ``max_rows_per_batch`` is given:
-#: a batch is read to the driver as Arrow (see :mod:`walspark.spark.lake.driver_append`), so a
-#: backlog of millions of changes is taken in bites the driver's memory holds (~100 MB of Arrow
-#: for this many rows of a narrow table), each still large enough that a batch's fixed cost
-#: (about a second) is small beside it.
-CHANGE_LOG_BATCH_ROWS = 500_000
-
-
 def run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, say: Callable[[str], None],
                 tracker: Tracker | None = None, progress: StreamProgress | None = None) -> int:  # fmt: skip
     """Start the streaming query, again after each schema change; returns how many were started.
@@ -97,8 +89,6 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
                    **settings.options}  # fmt: skip
         if settings.max_rows_per_batch:
             options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
-        elif settings.change_log:  # its batches come to the driver (as Arrow): a backlog in bounded bites
-            options["maxRowsPerBatch"] = str(CHANGE_LOG_BATCH_ROWS)
         if DriverReads.enabled(settings) and "maxbytesperbatch" not in {k.lower() for k in options}:
             options["maxBytesPerBatch"] = str(DriverReads.batch_bytes())  # read on the driver (DriverReads)
         if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
@@ -232,7 +222,7 @@ def maintain_if_due(spark: SparkSession, settings: RunSettings, schedule: Any, s
         f"than {retention})"
     )
     done = maintain(spark, settings.target, state=settings.state, retain_hours=settings.retain_hours,
-                    keep_changes_hours=settings.keep_changes_hours, stop=settings.stop.requested, say=say)  # fmt: skip
+                    stop=settings.stop.requested, say=say)  # fmt: skip
     freed = sum(m.bytes_before - m.bytes_after for m in done)
     say(f"maintenance done: {len(done)} table(s), {freed:,} bytes freed")
     schedule.done()

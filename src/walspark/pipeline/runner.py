@@ -19,7 +19,9 @@ from walspark.pipeline.status import Tracker, status_writer
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["run_pipeline"]
+    from walspark.storage.layout import TargetLayout
+
+__all__ = ["check_change_logs", "run_pipeline"]
 
 
 def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[str], None] = print,
@@ -44,6 +46,8 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
 
         spark.conf.set(CHANGE_DATA_FEED, "true")
     snapshot = needs_snapshot(settings)
+    if not snapshot:  # a new snapshot copies every table again: what an older run left no longer counts
+        check_change_logs(spark, settings.layout, say)
     warmup = None
     if not settings.once or snapshot:  # a query will run: its first batch finds its Python workers started
         # (a --once run without a snapshot usually applies its few changes from the driver)
@@ -85,8 +89,6 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
                      say=say)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
             .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
-    if settings.change_log:
-        sink = sink.change_log(settings.fold_seconds)
     sync.attach(sink)
     if on_sync is not None:
         on_sync(sync)
@@ -97,20 +99,41 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     sync.start()  # tables that joined, left or are to be re-copied: before the first batch
     if not settings.once:
         say(f"streaming slot {settings.slot} into {settings.target} (Ctrl-C stops after the current batch)")
-    ok = False
     try:
         starts = run_queries(spark, settings, sink, sync, say, tracker, progress)
         if settings.once and not settings.stop.requested.is_set():
             sync.finish()  # --once ends with every table copied and handed off to the stream
-        ok = True
     finally:
         sync.stop()
         spark.streams.removeListener(progress.listener)
         progress.close()
-        if not ok:
-            sink.abort()  # no background fold outlives a failed run
-    sink.close()  # the last batch's progress rows, written in the background; change logs folded
+    sink.close()  # the last batch's progress rows, written in the background
     from walspark.staging.two_phase import release_committed_prepared
 
     release_committed_prepared(settings.staging, settings.checkpoint)  # the last batch's, not the next run's
     return starts
+
+
+def check_change_logs(spark: SparkSession, layout: TargetLayout, say: Callable[[str], None]) -> None:
+    """What an older walspark's change-log mode left (:mod:`walspark.spark.lake.upgrade`): raise
+    :class:`~walspark.spark.lake.upgrade.UnfoldedChangeLogs` for changes a table lacks, unless
+    that table is to be copied again (a ``walspark resnapshot`` request, or a copy under way),
+    whose copy holds them; say once per run that the change logs are no longer written."""
+    from walspark.spark.lake.upgrade import UnfoldedChangeLogs, change_logs, mark_copied, unfolded_change_logs
+    from walspark.spark.tablesync.state import SyncStore
+
+    if not change_logs(layout):
+        return
+    store = SyncStore(layout)
+    copying = {t for _, tables in store.pending_requests() for t in tables}
+    copying |= {(s.schema, s.table) for s in store.all() if s.syncing}
+    unfolded = []
+    for log in unfolded_change_logs(spark, layout):
+        if (log.schema, log.table) in copying:
+            mark_copied(layout, log)
+        else:
+            unfolded.append(log)
+    if unfolded:
+        raise UnfoldedChangeLogs(layout, unfolded)
+    say(f"{layout.changes}: change logs of an older walspark's --change-log mode, every change in its table; "
+        "no longer written (delete the folder once nothing reads it)")  # fmt: skip

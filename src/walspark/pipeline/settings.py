@@ -110,24 +110,10 @@ class RunSettings:
     retain_hours: float | None = _option(
         "VACUUM's retention (default: each table's own, Delta's 7 days).", None, minimum=0
     )
-    change_log: bool = _option(
-        "Append each batch to TARGET/_changes/<schema>/<table> and fold the Delta tables from it in the "
-        "background (fresher, no MERGE per batch; see walspark.read_table).",
-        False,
-    )
-    fold_seconds: float = _option(
-        "With --change-log: seconds between background folds at most (0: as soon as one ends).", 0.0, minimum=0
-    )
     change_data_feed: bool = _option(
         "Give the Delta tables of the source's tables Delta's change data feed (delta.enableChangeDataFeed; "
         "turned on for existing ones at their next batch): each batch's changes readable with readChangeFeed.",
         False,
-    )
-    keep_changes_hours: float | None = _option(
-        "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
-        "ago (default: keep every change).",
-        None,
-        minimum=0,
     )
     metrics_port: int | None = _option(
         "Serve Prometheus metrics at http://HOST:PORT/metrics while running (see docs/monitoring.md).",

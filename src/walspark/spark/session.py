@@ -35,10 +35,6 @@ __all__ = ["JARS_ENV", "JIT_ENV", "START_UP_NOISE", "DeltaJarsNotFound", "Python
            "jit_options", "launched_by_spark_submit", "spark_session"]  # fmt: skip
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
-#: Scheduler pools: the stream first, change-log mode's folds with what is left (see the file).
-_POOLS = Path(__file__).with_name("fairscheduler.xml")
-#: The pool of change-log mode's background folds (:mod:`walspark.spark.lake.fold_worker`).
-FOLD_POOL = "walspark-fold"
 _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 #: Settings of the JVMs themselves: under spark-submit the driver's JVM already runs, and the
 #: executors' options (our log4j file's path among them) belong to the cluster's set-up.
@@ -98,10 +94,8 @@ def spark_session(
     """Get or create a Spark session with Delta Lake configured.
 
     The UI is off (nothing to look at on a CI machine, one port less to collide on), logs are
-    quiet, the session time zone is UTC (the change rows' timestamps are UTC instants),
-    Python workers use this interpreter so they see the same packages as the driver, and jobs
-    are scheduled FAIR between pools, so change-log mode's background folds
-    (:data:`FOLD_POOL`) do not hold the stream's micro-batches back.
+    quiet, the session time zone is UTC (the change rows' timestamps are UTC instants), and
+    Python workers use this interpreter so they see the same packages as the driver.
 
     ``master`` defaults to ``local[*]``, except under spark-submit, whose ``--master`` stands
     unless ``master`` is given. ``locations`` are the paths the session will use: an ``s3a://``
@@ -131,8 +125,6 @@ def spark_session(
         "spark.driver.extraJavaOptions": driver_opts,
         "spark.executor.extraJavaOptions": " ".join(o for o in (java_opts, jit) if o),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.scheduler.mode": "FAIR",
-        "spark.scheduler.allocation.file": str(_POOLS),
         "spark.databricks.delta.snapshotPartitions": "2",
         # Parquet's own microsecond timestamps, not Spark's legacy INT96 (nanoseconds in 96 bits):
         # every reader (delta-rs, DuckDB, Trino, pyarrow) reads them exactly, the ±infinity

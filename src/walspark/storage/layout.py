@@ -1,4 +1,4 @@
-"""Where everything of one target lives: its tables, their change logs and walspark's own state.
+"""Where everything of one target lives: its tables and walspark's own state.
 
 One :class:`TargetLayout` per pipeline is the only code that spells a path under a target. See
 docs/design/storage.md for how names become folders.
@@ -16,7 +16,9 @@ __all__ = ["CHANGES", "CHECKPOINTS", "HOME", "STAGING", "TargetLayout", "path_se
 
 #: walspark's own folder under the target, unless the state is kept elsewhere (``--state``).
 HOME = "_walspark"
-#: The folder under the target holding the tables' change logs (change-log mode).
+#: The folder under the target where an older walspark's change-log mode kept its change logs
+#: (read once at a run's start, see :mod:`walspark.spark.lake.upgrade`; a schema of that name
+#: keeps its encoded folder, ``%5Fchanges``, so that existing targets read on).
 CHANGES = "_changes"
 #: The state folder's folders of Spark's checkpoints and of the stager's segments (not Delta tables).
 CHECKPOINTS, STAGING = "checkpoints", "staging"
@@ -52,7 +54,7 @@ class TargetLayout:
         object.__setattr__(self, "target", str(self.target).rstrip("/"))
         object.__setattr__(self, "state", str(self.state).rstrip("/") if self.state else None)
 
-    # the tables and their change logs
+    # the tables
 
     def table(self, schema: str, table: str) -> str:
         """``<target>/<schema>/<table>``: where a source table's Delta table lives."""
@@ -60,11 +62,11 @@ class TargetLayout:
 
     @property
     def changes(self) -> str:
-        """``<target>/_changes``: the change logs' folder."""
+        """``<target>/_changes``: the change logs of an older walspark's change-log mode."""
         return f"{self.target}/{CHANGES}"
 
     def change_log(self, schema: str, table: str) -> str:
-        """``<target>/_changes/<schema>/<table>``: a table's change log (change-log mode)."""
+        """``<target>/_changes/<schema>/<table>``: a table's change log (an older walspark's)."""
         return _table_folder(self.changes, schema, table)
 
     # walspark's state
@@ -116,5 +118,5 @@ class TargetLayout:
         return self.tablesync() / "copies" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}.json"
 
     def fold_plan(self, schema: str, table: str) -> Location:
-        """``folds/<schema>/<table>.json``: how far a table's change log is folded."""
+        """``folds/<schema>/<table>.json``: how far an older walspark folded a table's change log."""
         return self.home_location() / "folds" / path_segment(schema, schema=True) / f"{path_segment(table)}.json"

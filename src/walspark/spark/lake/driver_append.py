@@ -1,4 +1,4 @@
-"""Appends to a change log from the driver with delta-rs: a micro-batch's rows without a Spark job.
+"""Appends from the driver with delta-rs: the progress rows and a copy's chunks without a Spark job.
 
 Only plain appends to local tables go this way; anything else is Spark's. See
 docs/design/applying.md.
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DRIVER_APPENDS", "DriverAppendUnsupported", "append", "can_append", "compact", "file_count"]
 
-#: ``0`` turns driver appends off (every change-log append goes through Spark).
+#: ``0`` turns driver appends off (every append of the progress rows and copies goes through Spark).
 DRIVER_APPENDS = "WALSPARK_DRIVER_APPENDS"
 
 _refused: set[str] = set()

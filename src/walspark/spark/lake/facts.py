@@ -192,7 +192,7 @@ def match_keys(user: Sequence[str] | None, replica: Sequence[str], table: str) -
 
 def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str] | None]
                        ) -> dict[tuple[str, str], BatchFacts]:  # fmt: skip
-    """:func:`tables_facts` of a batch already on the driver as Arrow (change-log mode), no Spark job.
+    """:func:`tables_facts` of a batch already on the driver as Arrow, no Spark job.
 
     The same aggregates as :func:`_facts_aggregates`, computed with Arrow's kernels and handed to
     the same :func:`_facts_from_row`, so both paths decide alike (a differential test holds them

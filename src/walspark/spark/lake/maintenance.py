@@ -1,6 +1,6 @@
 """Table maintenance: what keeps a long-running pipeline's tables and bookkeeping from growing.
 
-Compaction, VACUUM, the progress rows and change logs' expiry, table by table, safe while the
+Compaction, VACUUM and the progress rows folded, table by table, safe while the
 pipeline runs. See docs/design/applying.md.
 """
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from walspark.spark.lake.changelog import change_log_tables
 from walspark.spark.lake.tables import is_delta_table
 from walspark.storage import Location, location
 from walspark.storage.layout import CHANGES, CHECKPOINTS, HOME, STAGING, TargetLayout
@@ -27,7 +26,6 @@ __all__ = [
     "Maintained",
     "MaintenanceSchedule",
     "delta_tables",
-    "expire_changes",
     "maintain",
 ]
 
@@ -75,11 +73,7 @@ def delta_tables(layout: TargetLayout) -> list[tuple[str, Location]]:
     walspark's own under its home, named by their path below the target (``_walspark/progress``)."""
     found: list[tuple[str, Location]] = []
     for schema_dir in location(layout.target).list():
-        if schema_dir.name == HOME:
-            continue
-        if schema_dir.name == CHANGES:  # the change logs (walspark run --change-log)
-            found += [(f"{CHANGES}/{schema}.{table}", location(layout.change_log(schema, table)))
-                      for schema, table in change_log_tables(layout)]  # fmt: skip
+        if schema_dir.name in (HOME, CHANGES):  # walspark's own; an older walspark's change logs
             continue
         for table_dir in schema_dir.list():
             if is_delta_table(table_dir):
@@ -106,11 +100,10 @@ def _data_files(folder: Location) -> tuple[int, int]:
 
 
 def maintain(spark: SparkSession, target: str, *, state: str | None = None, retain_hours: float | None = None,
-             optimize: bool = True, keep_changes_hours: float | None = None, stop: threading.Event | None = None,
+             optimize: bool = True, stop: threading.Event | None = None,
              say: Callable[[str], None] | None = None) -> list[Maintained]:  # fmt: skip
-    """Fold the progress rows, expire folded change-log rows committed more than
-    ``keep_changes_hours`` ago (None: keep every change), ``OPTIMIZE`` small files (unless
-    ``optimize=False``), then ``VACUUM`` every Delta table of a pipeline (see the module
+    """Fold the progress rows, ``OPTIMIZE`` small files (unless ``optimize=False``), then
+    ``VACUUM`` every Delta table of a pipeline (see the module
     docstring); returns what was done per table. ``stop`` is checked between tables; ``say``
     gets a line per table."""
     from pyspark.sql import SparkSession
@@ -121,8 +114,6 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
     progress_path = ProgressTable(spark, layout).path.rstrip("/")
     if retain_hours is not None and retain_hours < 0:
         raise ValueError(f"retain_hours must be 0 or more, not {retain_hours}")
-    if keep_changes_hours is not None and keep_changes_hours < 0:
-        raise ValueError(f"keep_changes_hours must be 0 or more, not {keep_changes_hours}")
     session = SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # settings of its own
     if session.conf.get(_OPTIMIZE_MIN_FILE[0], None) is None:
         session.conf.set(*_OPTIMIZE_MIN_FILE)
@@ -144,10 +135,6 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
                 folded = ProgressTable(session, layout).compact()
                 if folded:
                     notes.append(f"{folded} progress rows folded")
-            if keep_changes_hours is not None and name.startswith(f"{CHANGES}/"):
-                expired = expire_changes(session, layout, folder.uri, keep_changes_hours)
-                if expired:
-                    notes.append(f"{expired} folded changes expired")
             notes += _optimize_and_vacuum(session, folder.uri, retain_hours, optimize)
         except Exception as exc:  # noqa: BLE001 - one table's failure (a conflict with the pipeline) spares the others
             failed = True
@@ -159,32 +146,6 @@ def maintain(spark: SparkSession, target: str, *, state: str | None = None, reta
         if say is not None:
             say(item.line())
     return done
-
-
-def expire_changes(spark: SparkSession, layout: TargetLayout, path: str, keep_hours: float) -> int:
-    """Delete the rows of the change log at ``path`` that are folded into their table and were
-    committed more than ``keep_hours`` ago; returns how many.
-
-    Why both conditions: a row not folded yet is the only copy of its change (the slot is
-    confirmed past it), and the fresh reads fold the rows after the fold's position, which stay.
-    The deleted rows' files go at the next VACUUM past the table's retention, as any Delta delete's.
-    """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from walspark.spark.lake.changelog import BATCH_ID, folded_through
-
-    schema, table = (unquote(p) for p in path.rstrip("/").split("/")[-2:])
-    folded = folded_through(layout, schema, table)
-    if folded < 0:
-        return 0
-    cutoff = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=keep_hours)
-    condition = (F.col(BATCH_ID) <= folded) & (F.col("_commit_time") < F.lit(cutoff))
-    log = DeltaTable.forPath(spark, path)
-    expired = log.toDF().where(condition).count()
-    if expired:
-        log.delete(condition)
-    return expired
 
 
 def _optimize_and_vacuum(spark: SparkSession, path: str, retain_hours: float | None, optimize: bool) -> list[str]:

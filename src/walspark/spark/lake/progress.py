@@ -84,8 +84,9 @@ class ProgressTable:
     _known: ClassVar[dict[str, dict[tuple[str, str, str], Progress]]] = {}
     #: Progress tables known to exist with their properties (this process appended to them, or
     #: found them made by an earlier one), and the lock of the appends
-    #: before that: several threads append (the sink's progress writer, the folds of change-log
-    #: mode), and two appends that both create the table conflict (ProtocolChangedException).
+    #: before that: several threads may append (the sink's progress writer, ``apply_changes``
+    #: called from threads of one's own), and two appends that both create the table conflict
+    #: (ProtocolChangedException).
     _created: ClassVar[set[str]] = set()
     _creating: ClassVar[threading.Lock] = threading.Lock()
     #: Appends from the driver per progress table (see :meth:`_driver_append`).

@@ -21,11 +21,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-    from walspark.spark.lake.fold_worker import Folder
     from walspark.spark.lake.progress import ProgressRow
 
-from walspark.spark.lake.appliers import Applier, ChangeLogApplier, MergeApplier
-from walspark.spark.lake.apply import ApplyResult
+from walspark.spark.lake.apply import ApplyResult, apply_table
 from walspark.spark.lake.columns import Mode
 from walspark.spark.lake.driver_merge import collect_small, row_limit, takes
 from walspark.spark.lake.evolution import (
@@ -144,10 +142,6 @@ class ApplyChanges:
     _progress: list[Future[None]] = field(default_factory=list, compare=False, repr=False)
     #: Per-table sync of tables being copied while the stream runs (:mod:`walspark.spark.tablesync`), or None.
     _sync: TableSyncHook | None = field(default=None, compare=False, repr=False)
-    #: Change-log mode (:meth:`change_log`): seconds between background folds, None: off.
-    _fold_seconds: float | None = None
-    #: The background folder of change-log mode, made at the first batch (see :meth:`folder`).
-    _folders: list[Folder] = field(default_factory=list, compare=False, repr=False)
 
     def app_id(self, app_id: str) -> ApplyChanges:
         """The id scoping batch ids (one per streaming query/checkpoint)."""
@@ -193,57 +187,9 @@ class ApplyChanges:
         """Route the changes of tables being copied through ``sync`` (``walspark run`` does)."""
         return replace(self, _sync=sync)
 
-    def change_log(self, fold_seconds: float = 0.0) -> ApplyChanges:
-        """Append each batch to the tables' change logs (``<target>/_changes/<schema>/<table>``)
-        and fold them into the Delta tables in the background, at most every ``fold_seconds``
-        (0: as soon as the previous fold ended). See :mod:`.changelog` and :mod:`.fold_worker`."""
-        if fold_seconds < 0:
-            raise ValueError("fold_seconds must not be negative")
-        return replace(self, _fold_seconds=fold_seconds)
-
-    def folder(self, spark: SparkSession) -> Folder | None:
-        """The background folder of change-log mode (None in the direct mode), started on first use."""
-        if self._fold_seconds is None:
-            return None
-        if not self._folders:
-            from walspark.spark.lake.fold_worker import Folder
-
-            folder = Folder(spark, self.layout, app_id=self._app_id, options_for=self.options_for,
-                            known=self._known, interval=self._fold_seconds, parallelism=self._parallelism)  # fmt: skip
-            folder.start()
-            self._folders.append(folder)
-        return self._folders[0]
-
-    def applier(self, spark: SparkSession) -> Applier:
-        """How this sink lands a table's rows: appended to its change log, or merged."""
-        folder = self.folder(spark)
-        if folder is not None:
-            return ChangeLogApplier(self.layout, self._app_id, self._known, folder)
-        return MergeApplier(self.layout, self._app_id, lambda schema, table: self.options_for(schema, table).mode,
-                            self._known)  # fmt: skip
-
     def close(self) -> None:
-        """End of a run: the last progress rows written and, in change-log mode, every batch
-        folded (the background folds stopped). Raises what made either fail."""
+        """End of a run: the last progress rows written. Raises what made them fail."""
         self.flush()
-        while self._folders:
-            self._folders.pop().stop(drain=True)
-
-    def abort(self) -> None:
-        """End of a failed run: stop the background folds without folding more, raising nothing
-        (the next run folds what is left: a fold is planned and exact whenever it stops)."""
-        while self._folders:
-            folder = self._folders.pop()
-            try:
-                folder.stop(drain=False)
-            except BaseException as exc:  # noqa: BLE001 - the run's own failure is what the caller sees
-                log.warning("background fold stopped with: %s", exc)
-
-    def drain_folds(self, spark: SparkSession, tables: Iterable[tuple[str, str]] | None = None) -> None:
-        """Fold everything the change logs hold now (of ``tables``; change-log mode only)."""
-        folder = self.folder(spark)
-        if folder is not None:
-            folder.drain(tables)
 
     def options_for(self, schema: str, table: str) -> _TableOptions:
         return self._tables.get(f"{schema}.{table}", _TableOptions())
@@ -256,7 +202,7 @@ class ApplyChanges:
         whose rows are merged by Spark (many, and not only inserts; see :func:`.driver_merge.takes`).
         """
 
-        if self._fold_seconds is not None or (arrow is not None and arrow.num_rows <= row_limit()):
+        if arrow is not None and arrow.num_rows <= row_limit():
             return self._with_sync(batch_df, batch_id, arrow)  # the batch is read once, as Arrow
         batch_df = batch_df.persist()  # read by Spark once, whatever the number of tables in it
         try:
@@ -293,8 +239,6 @@ class ApplyChanges:
         streamed, so a table altered and then left alone would otherwise keep its old columns
         until its next change.
         """
-        declared = list(declared)
-        self.drain_folds(spark)  # the mirrors hold every change before their columns follow the catalog
         changed = False
         for schema, name, struct in declared:
             if self._sync is not None and self._sync.syncing(schema, name):
@@ -324,18 +268,11 @@ class ApplyChanges:
         from walspark.spark.lake.progress import ProgressTable
 
         spark = batch_df.sparkSession
-        applier = self.applier(spark)
-        applier.begin()
         keys = lambda schema, table: self.options_for(schema, table).keys  # noqa: E731
-        # Change-log mode reads the batch once, as Arrow on the driver: its facts and its appends
-        # need no further Spark job (see .driver_append). The direct mode does too when the batch
-        # is small or was read on the driver (its plain MERGEs and appends are then made from the
-        # driver, see .driver_merge); a large batch the driver does not have is read and applied
-        # in Spark.
-        if given is not None:
-            arrow = given
-        else:
-            arrow = batch_df.toArrow() if applier.reads_arrow else collect_small(batch_df, self.target)
+        # A batch that is small or was read on the driver is Arrow there: its facts need no Spark
+        # job, and its plain MERGEs and appends are made from the driver (see .driver_merge); a
+        # large batch the driver does not have is read and applied in Spark.
+        arrow = given if given is not None else collect_small(batch_df, self.target)
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
 
@@ -353,9 +290,11 @@ class ApplyChanges:
                 part, table_facts = routed
             # the Arrow rows stand for the part only if the table sync kept all of them, and are
             # applied from the driver only where that is cheap: a large MERGE is Spark's
-            from_arrow = arrow is not None and part is given and (applier.reads_arrow or takes(table_facts))
+            from_arrow = arrow is not None and part is given and takes(table_facts)
             rows = arrow_table_changes(arrow, schema, name) if from_arrow else None
-            result, record = applier.apply(session, part, batch_id, table_facts, rows)
+            result, record = apply_table(session, part, batch_id, table_facts, layout=self.layout,
+                                         mode=self.options_for(schema, name).mode, app_id=self._app_id,
+                                         known=self._known, arrow=rows)  # fmt: skip
             return replace(result, ops=table_facts.ops), record  # by operation, for the pipeline's counts
 
         outcomes: list[tuple[ApplyResult, ProgressRow | None] | BaseException] = []
@@ -380,7 +319,6 @@ class ApplyChanges:
         results = [o[0] for o in outcomes if not isinstance(o, BaseException)]
         records = [o[1] for o in outcomes if not isinstance(o, BaseException) and o[1] is not None]
         self.flush()
-        applier.applied(results, batch_id)
         if records:
             progress = ProgressTable(spark, self.layout)
             self._progress.append(_progress_writer().submit(progress.record_many, records))

@@ -50,8 +50,8 @@ COLUMN_MAPPING: dict[str, str] = {
 #: The table property that says why walspark switched column mapping on for a table.
 COLUMN_MAPPING_REASON = "walspark.columnMapping"
 
-#: The properties of walspark's own tables and change logs, which keep column mapping whatever
-#: their names (a change log takes a table's new shape by overwriting itself).
+#: The properties of walspark's own tables (the table sync's pending logs), which keep column
+#: mapping whatever the names of the columns they hold.
 TABLE_PROPERTIES: dict[str, str] = {
     "delta.columnMapping.mode": "name",
     "delta.minReaderVersion": "2",

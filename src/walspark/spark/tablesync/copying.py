@@ -352,7 +352,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
 
 
 # ---------------------------------------------------------------------------------------------
-# What of a change log the copy already holds
+# What of a pending log the copy already holds
 
 
 def truncated_within(rows: DataFrame, first: int, since: int) -> bool:

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from walspark import _injection
@@ -42,9 +42,6 @@ class SyncedSink(Protocol):
 
     def options_for(self, schema: str, table: str) -> Any:
         """A table's mode and keys."""
-
-    def drain_folds(self, spark: SparkSession, tables: Iterable[Table] | None = None) -> None:
-        """Fold what the change logs hold (change-log mode; nothing otherwise)."""
 
     def forget_table(self, path: str) -> None:
         """Forget the remembered columns of the table at ``path`` (a copy replaced it)."""
@@ -362,8 +359,6 @@ class TableSync:
                 return current
             if why:
                 self.say(f"table {table[0]}.{table[1]} {why}: copying it while the stream goes on")
-            if self.sink is not None:  # change-log mode: the mirror the copy replaces holds every earlier change
-                self.sink.drain_folds(self._spark, [table])
             state = SyncState(
                 *table,
                 COPYING,
