@@ -30,6 +30,7 @@ SETTERS = {
     "change_log": (lambda p: p.change_log(), True),
     "fold_seconds": (lambda p: p.change_log(True, fold_seconds=9), 9.0),
     "keep_changes_hours": (lambda p: p.change_log(True, keep_hours=48), 48.0),
+    "catalog_schema": (lambda p: p.catalog("cdc"), "cdc"),
 }
 #: Set by the constructor, or by how the builder is run.
 GIVEN = {"dsn", "publication", "slot", "target", "once"}
