@@ -92,6 +92,9 @@ class CatalogTables:
         table that is not this pipeline's."""
         published = sorted(set(published))
         self._check_clashes(published)
+        if "." not in self.schema and self.spark.conf.get("spark.sql.catalogImplementation", "") == "in-memory":
+            self.say(f"warning: --catalog-schema {self.schema}: this session's catalog is in memory, so the names "
+                     "last as long as the session; make the session with Hive support (docs/applying.md)")  # fmt: skip
         self._create_schema()
         for table in tables:
             self._register(table, published)
