@@ -44,6 +44,8 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
             conf=conf,
             short_lived=once,
             locations=tuple(loc for loc in (options["target"], state) if loc),
+            metastore=pipeline.settings().layout.metastore if options["catalog_schema"] else None,
+            catalog_schema=options["catalog_schema"] or "",
         )
         if owned:
             quiet_spark_errors(spark)

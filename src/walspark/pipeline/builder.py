@@ -120,6 +120,13 @@ class Pipeline:
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""
         return self._set(state=str(location) if location is not None else None)
 
+    def catalog(self, schema: str | None) -> Pipeline:
+        """Register every mirror and SCD2 history by name in the session's catalog, in the schema
+        ``schema`` (``name`` or ``catalog.name``): ``schema.<table>``, or ``schema.<pg schema>_<table>``
+        outside PostgreSQL's ``public``; renamed, dropped and re-pointed as the publication's tables
+        are (docs/applying.md, "Tables in the catalog"). None: no catalog tables (the default)."""
+        return self._set(catalog_schema=schema)
+
     def conf(self, key: str, value: object) -> Pipeline:
         """A Spark setting the pipeline's storage reads before Spark is up (the preflight), e.g.
         ``spark.hadoop.fs.s3a.endpoint``. A session you pass keeps its own settings: set them

@@ -36,6 +36,13 @@ def check_settings(settings: RunSettings) -> None:
     if not publication_list(settings.publication or ""):  # also validates each name
         raise OptionError("publication (--publication) must name a publication")
     check_options(settings)
+    if settings.catalog_schema is not None:
+        from walspark.spark.lake.catalog_tables import check_catalog_schema
+
+        try:
+            check_catalog_schema(settings.catalog_schema)
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
 
 
 def preflight(settings: RunSettings) -> None:

@@ -84,9 +84,14 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
     from walspark.spark.tablesync.sync import TableSync
     from walspark.staging.offsets import last_committed_end
 
+    catalog = None
+    if settings.catalog_schema:
+        from walspark.spark.lake.catalog_tables import CatalogTables
+
+        catalog = CatalogTables(spark, settings.layout, settings.catalog_schema, say)
     sync = TableSync(spark, settings.dsn, settings.publication, settings.layout,
                      check_seconds=settings.sync_check_seconds, chunk_rows=settings.sync_chunk_rows,
-                     say=say)  # fmt: skip
+                     say=say, catalog=catalog)  # fmt: skip
     sink = (ApplyChanges(settings.target).app_id(settings.app_id or f"walspark-run/{settings.slot}")
             .scd2(*settings.scd2).state(settings.state).table_sync(sync))  # fmt: skip
     sync.attach(sink)

@@ -128,6 +128,13 @@ class RunSettings:
         metavar="HOST",
     )
 
+    catalog_schema: str | None = _option(
+        "Register every mirror and SCD2 history by name in Spark's catalog as NAME.<table> (NAME.<schema>_<table> "
+        "outside schema public); a Hive metastore in the state folder unless --conf configures one.",
+        None,
+        metavar="NAME",
+    )
+
     @property
     def layout(self) -> TargetLayout:
         """Where the tables and walspark's own files of this run live."""

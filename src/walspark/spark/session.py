@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["JARS_ENV", "JIT_ENV", "START_UP_NOISE", "DeltaJarsNotFound", "PythonWorkersError", "check_python_workers",
-           "jit_options", "launched_by_spark_submit", "spark_session"]  # fmt: skip
+__all__ = ["JARS_ENV", "JIT_ENV", "START_UP_NOISE", "DeltaJarsNotFound", "MetastoreError", "PythonWorkersError",
+           "check_python_workers", "jit_options", "launched_by_spark_submit", "metastore_settings", "spark_session"]  # fmt: skip
 
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 _DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -73,6 +73,64 @@ def jit_options(short_lived: bool) -> str:
     return "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m" if quick else ""
 
 
+#: Settings that configure a catalog of the user's own: with one of them in ``conf``, the session
+#: keeps it and no embedded metastore is made (``spark.sql.catalog.<name>`` counts for a
+#: ``--catalog-schema <name>.<schema>``).
+_OWN_CATALOG = ("spark.sql.catalogImplementation", "spark.hadoop.hive.metastore.uris", "spark.sql.catalog.spark_catalog",
+                "spark.sql.defaultCatalog")  # fmt: skip
+
+
+class MetastoreError(ValueError):
+    """The embedded metastore cannot be made where it was asked for (one line naming the fix)."""
+
+
+def metastore_settings(folder: str, conf: Mapping[str, str] | None = None, schema: str = "") -> dict[str, str]:
+    """The settings of a persistent catalog for ``--catalog-schema``: Spark's Hive catalog with an
+    embedded Derby metastore in ``folder`` (``TargetLayout.metastore``), or nothing when ``conf``
+    configures a catalog of its own (a real metastore by ``spark.hadoop.hive.metastore.uris``, which
+    gets Hive support; Unity, Glue or any ``spark.sql.catalog.*`` named by ``schema``).
+
+    Why Derby: pyspark ships it with Hive's client, so the tables' names outlive the session with
+    nothing to install; it costs the first catalog call a few seconds (docs/applying.md, "Tables in
+    the catalog"), paid only with the option. Raises :class:`MetastoreError` for a ``folder`` on an
+    object store: Derby writes a local database.
+    """
+    conf = conf or {}
+    head = schema.split(".")[0] if "." in schema else None
+    if any(key in conf for key in _OWN_CATALOG) or (head and f"spark.sql.catalog.{head}" in conf):
+        uris = "spark.hadoop.hive.metastore.uris" in conf and "spark.sql.catalogImplementation" not in conf
+        return {"spark.sql.catalogImplementation": "hive"} if uris else {}
+    local = _local_path(folder)
+    if local is None:
+        raise MetastoreError(
+            f"--catalog-schema: the embedded Derby metastore cannot live in {folder} (an object store); give a "
+            "real metastore (--conf spark.hadoop.hive.metastore.uris=thrift://HOST:9083) or a local --state folder"
+        )
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={local}/metastore_db;create=true",
+        "spark.sql.warehouse.dir": f"{local}/warehouse",
+    }
+
+
+def _local_path(folder: str) -> str | None:
+    """``folder`` as a local path, or None when it is on an object store."""
+    if folder.startswith("file:"):
+        return "/" + folder[len("file:") :].lstrip("/")
+    return None if "://" in folder else os.path.abspath(folder)
+
+
+def _derby_home(settings: Mapping[str, str]) -> str:
+    """The JVM option that keeps Derby's ``derby.log`` beside its database (not in the working folder)."""
+    url = settings.get("spark.hadoop.javax.jdo.option.ConnectionURL", "")
+    if not url.startswith("jdbc:derby:;databaseName="):
+        return ""
+    home = url[len("jdbc:derby:;databaseName=") :].split(";")[0].rsplit("/", 1)[0]
+    Path(home).mkdir(parents=True, exist_ok=True)
+    option = f"-Dderby.system.home={home}"
+    return f'"{option}"' if any(c.isspace() for c in option) else option
+
+
 def launched_by_spark_submit() -> bool:
     """True when this Python process is the driver of a ``spark-submit`` (its JVM is running).
 
@@ -90,6 +148,8 @@ def spark_session(
     jars_dir: str | os.PathLike[str] | None = None,
     locations: Sequence[str] = (),
     short_lived: bool = False,
+    metastore: str | None = None,
+    catalog_schema: str = "",
 ) -> SparkSession:
     """Get or create a Spark session with Delta Lake configured.
 
@@ -102,6 +162,8 @@ def spark_session(
     one (or ``spark.hadoop.fs.s3a.*`` settings in ``conf``) also puts hadoop-aws on the class
     path. ``conf`` wins over everything else. ``short_lived`` (a ``--once`` run, the demo) has the
     driver JVM, and a cluster's executors, compile with C1 alone (:func:`jit_options`).
+    ``metastore`` (a folder; ``--catalog-schema`` ``catalog_schema``): the catalog keeps its tables
+    there, in an embedded Hive metastore, unless ``conf`` configures one (:func:`metastore_settings`).
     """
     from pyspark.sql import SparkSession
 
@@ -111,7 +173,8 @@ def spark_session(
     # Spark's classes mapped, not parsed (.cds, the driver's class path); C1 alone when the session is
     # short-lived, in the executors too (a cluster starts them for each application)
     jit = jit_options(short_lived)
-    driver_opts = " ".join(o for o in (java_opts, cds_options(), jit) if o)
+    catalog = metastore_settings(metastore, conf, catalog_schema) if metastore is not None else {}
+    driver_opts = " ".join(o for o in (java_opts, cds_options(), jit, _derby_home(catalog)) if o)
     settings = {
         "spark.app.name": app_name,
         "spark.sql.extensions": _DELTA_EXTENSION,
@@ -135,6 +198,7 @@ def spark_session(
         # and PostgreSQL ("Python worker failed to connect back"), failing a healthy query.
         "spark.python.authenticate.socketTimeout": "120s",
         "spark.sql.warehouse.dir": os.environ.get("WALSPARK_WAREHOUSE", str(Path.cwd() / "spark-warehouse")),
+        **catalog,
     }
     launching = not (launched_by_spark_submit() or _jvm_running())
     if not launching:

@@ -97,6 +97,12 @@ class TargetLayout:
         """The status documents' folder, or ``slot``'s document in it (``walspark status``)."""
         return f"{self.home}/status" + (f"/{slot}.json" if slot is not None else "")
 
+    @property
+    def metastore(self) -> str:
+        """``metastore``: the embedded (Derby) Hive metastore of ``--catalog-schema``, with its
+        ``metastore_db`` database, ``derby.log`` and the warehouse of its schemas."""
+        return f"{self.home}/metastore"
+
     def maintenance_record(self) -> Location:
         """When the pipeline's tables were last maintained (``walspark run --maintenance-hours``)."""
         return self.home_location() / "maintenance.json"

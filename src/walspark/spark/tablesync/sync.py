@@ -24,6 +24,7 @@ from walspark.storage.layout import TargetLayout
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from walspark.spark.lake.catalog_tables import CatalogTables
     from walspark.spark.lake.facts import BatchFacts
     from walspark.spark.lake.frames import TableRows
     from walspark.spark.lake.sink import SinkScope
@@ -86,7 +87,8 @@ class TableSync:
 
     def __init__(self, spark: SparkSession, dsn: str, publication: str, layout: TargetLayout, *,
                  check_seconds: float = DEFAULT_CHECK_SECONDS, say: Callable[[str], None] = print,
-                 parallelism: int | None = None, chunk_rows: int | None = None) -> None:  # fmt: skip
+                 parallelism: int | None = None, chunk_rows: int | None = None,
+                 catalog: CatalogTables | None = None) -> None:  # fmt: skip
         from pyspark.sql import SparkSession as _Session
 
         from walspark.spark.snapshot.pgsnapshot import register as register_snapshot_source
@@ -97,6 +99,7 @@ class TableSync:
         self.store = SyncStore(layout)
         self.parallelism = parallelism or spark.sparkContext.defaultParallelism
         self.chunk_rows = chunk_rows
+        self.catalog = catalog  # the tables' names in Spark's catalog (--catalog-schema), if asked for
         # Own sessions: transaction ids of idempotent writes are session settings, and the copy
         # threads and the hand-off run beside the sink's batches.
         self._copy_session = _Session(spark.sparkContext, spark._jsparkSession.cloneSession())
@@ -132,8 +135,13 @@ class TableSync:
                 self._position = max(self._position or 0, end)
 
     def start(self) -> None:
-        """Discover, switch and resume before the query starts; then check every few seconds."""
+        """Discover, switch and resume before the query starts; then check every few seconds.
+        With a catalog, every table in sync is registered first (a name clash stops the run)."""
         self.check()
+        if self.catalog is not None:
+            with self.lock:
+                ready = [t for t in self.published() if (s := self.store.get(*t)) is not None and s.state == READY]
+                self.catalog.register_all(ready, self._signatures)
         self._checker = threading.Thread(target=self._check_loop, name="walspark-tablesync", daemon=True)
         self._checker.start()
 
@@ -221,6 +229,8 @@ class TableSync:
                         f"table {state.qualified} left the publication: its Delta table is kept and no "
                         "longer changes; adding it again re-copies it"
                     )
+                    if self.catalog is not None:
+                        self.catalog.forget((state.schema, state.table))
 
     def _request(self, table: Table, why: str) -> None:
         if table not in self._requested:
@@ -487,6 +497,8 @@ class TableSync:
             f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
             "made during the copy applied; streaming it from here"
         )
+        if self.catalog is not None:  # its first copy, or a re-copy: the name points at it as it is now
+            self.catalog.register(table, self._signatures)
 
 
 def _job_group(table: Table) -> str:
