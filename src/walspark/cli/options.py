@@ -14,8 +14,14 @@ import click
 
 from walspark.pipeline.settings import Option, run_options
 
-__all__ = ["master_option", "parse_confs", "pipeline_target_options", "settings_options", "source_options",
-           "spark_options"]
+__all__ = [
+    "master_option",
+    "parse_confs",
+    "pipeline_target_options",
+    "settings_options",
+    "source_options",
+    "spark_options",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

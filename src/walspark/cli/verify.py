@@ -13,7 +13,7 @@ import click
 
 from walspark.cli.group import cli
 from walspark.cli.options import parse_confs, pipeline_target_options, source_options, spark_options
-from walspark.pipeline.verify import ATTEMPTS, WAIT_SECONDS
+from walspark.pipeline.verify import ATTEMPTS, WAIT_SECONDS, VerifyResult
 
 
 @cli.command("verify")
@@ -62,7 +62,7 @@ def verify(dsn: str, publication: str, slot: str, target: str, state: str | None
                            + " ".join(f"--table {t}" for t in bad))  # fmt: skip
 
 
-def report_lines(result) -> list[str]:  # type: ignore[no-untyped-def]
+def report_lines(result: VerifyResult) -> list[str]:
     """The per-table summary, then each table's first differences (one line each, naming the table)."""
     header = ("table", "source rows", "lake rows", "ranges", "re-read", "differences", "still changing")
     rows = [(t.table, f"{t.source_rows:,}", "no table" if t.lake_missing else f"{t.lake_rows:,}", str(t.ranges),

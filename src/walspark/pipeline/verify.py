@@ -316,7 +316,9 @@ def _plan(conn: psycopg.Connection, table: PublishedTable) -> _Plan:
                  ranges, estimate)  # fmt: skip
 
 
-def _bounds(conn: psycopg.Connection, table: PublishedTable, column: str, ranges: int, estimate: int) -> tuple[int, ...]:
+def _bounds(
+    conn: psycopg.Connection, table: PublishedTable, column: str, ranges: int, estimate: int
+) -> tuple[int, ...]:
     """Quantiles of the leading key column, from a sample of about 200 rows per range."""
     sample = min(100.0, 100.0 * 200 * ranges / max(estimate, 1))
     tablesample = f" TABLESAMPLE SYSTEM ({sample:.6f})" if sample < 100 else ""
@@ -351,7 +353,11 @@ class _Source:
             return self.conn.execute(query).fetchall(), point
 
     def checksums(self, plan: _Plan, ranges: Iterable[int] | None = None) -> tuple[Checksums, int]:
-        where = "" if ranges is None else f"{' AND' if plan.table.row_filter else ' WHERE'} ({plan.range_filter(ranges, True)})"
+        where = (
+            ""
+            if ranges is None
+            else f"{' AND' if plan.table.row_filter else ' WHERE'} ({plan.range_filter(ranges, True)})"
+        )
         query = (f"SELECT {plan.range_expr(True)} AS r, count(*), sum({_hash(_joined(plan.pg_exprs, True), True)})"
                  f" {plan.source_from}{where} GROUP BY 1")  # fmt: skip
         rows, point = self._read(query)
@@ -398,10 +404,15 @@ class _Lake:
 
         if ranges is not None:
             frame = frame.where(plan.range_filter(ranges, False))
-        rows = frame.selectExpr(
-            f"{plan.range_expr(False)} AS r",
-            f"CAST({_hash(_joined(plan.spark_exprs, False), False)} AS DECIMAL(38, 0)) AS h",
-        ).groupBy("r").agg(F.count(F.lit(1)), F.sum("h")).collect()
+        rows = (
+            frame.selectExpr(
+                f"{plan.range_expr(False)} AS r",
+                f"CAST({_hash(_joined(plan.spark_exprs, False), False)} AS DECIMAL(38, 0)) AS h",
+            )
+            .groupBy("r")
+            .agg(F.count(F.lit(1)), F.sum("h"))
+            .collect()
+        )
         return {int(r[0]): (int(r[1]), int(r[2] or 0)) for r in rows}
 
     def rows(self, plan: _Plan, frame: DataFrame, ranges: Iterable[int]) -> Rows:
@@ -557,6 +568,7 @@ class _TableVerifier:
     def _recheck(self, plan: _Plan, differing: set[int], source_sums: Checksums,
                  lake_sums: Checksums) -> tuple[list[RowDifference], int, int]:  # fmt: skip
         """Differing ranges re-read: by checksum while they hold too many rows, then row by row."""
+
         def size(r: int) -> int:
             return max(source_sums.get(r, (0, 0))[0], lake_sums.get(r, (0, 0))[0])
 
