@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["PGOUTPUT_OPTIONS", "CpuMeter", "cpu_line", "log", "pct", "postmaster_pid", "recvlogical"]
+__all__ = ["PGOUTPUT_OPTIONS", "CpuMeter", "cpu_line", "fill_big_table", "log", "pct", "postmaster_pid", "recvlogical"]
 
 _T0 = time.perf_counter()
 
@@ -21,6 +21,15 @@ def log(text: str) -> None:
     """A progress line on stderr, stamped with the seconds since the script started, so stdout
     carries only the result tables."""
     print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
+
+
+def fill_big_table(conn: Any, rows: int) -> None:
+    """The snapshot benchmarks' table ``big``: a bigint key, an int, a short text, a timestamptz, a
+    numeric; ``rows`` rows, vacuumed and analyzed."""
+    conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, qty int, label text, at timestamptz, amount numeric(12, 2))")
+    conn.execute("INSERT INTO big SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
+                 " (g %% 100000) / 100.0 FROM generate_series(1, %s::bigint) g", (rows,))  # fmt: skip
+    conn.execute("VACUUM ANALYZE big")
 
 
 def pct(values: list[float], p: float) -> float:

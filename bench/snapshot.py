@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any
 
-from common import CpuMeter, RssMeter, cpu_line, postmaster_pid  # bench/common.py, beside this script
+from common import CpuMeter, RssMeter, cpu_line, fill_big_table, postmaster_pid  # bench/common.py, beside this script
 from paths import child_task, path_name, report, run_pure  # bench/paths.py, beside this script
 
 
@@ -127,11 +127,7 @@ def main() -> None:
         dsn = pg.dsn()
         with psycopg.connect(dsn, autocommit=True) as conn:
             print(f"filling a table of {args.rows:,} rows ...", flush=True)
-            conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, qty int, label text, at timestamptz,"
-                         " amount numeric(12, 2))")
-            conn.execute("INSERT INTO big SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
-                         " (g %% 100000) / 100.0 FROM generate_series(1, %s::bigint) g", (args.rows,))
-            conn.execute("VACUUM ANALYZE big")
+            fill_big_table(conn, args.rows)
             conn.execute("CREATE TABLE warm (id int PRIMARY KEY)")
             conn.execute("INSERT INTO warm SELECT generate_series(1, 20000)")
             conn.execute("CREATE PUBLICATION pub FOR TABLE big")

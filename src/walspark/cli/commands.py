@@ -9,4 +9,5 @@ from walspark.cli import (  # noqa: F401
     run,
     slots,
     snapshot,
+    verify,
 )

@@ -14,7 +14,14 @@ import click
 
 from walspark.pipeline.settings import Option, run_options
 
-__all__ = ["master_option", "parse_confs", "pipeline_target_options", "settings_options", "spark_options"]
+__all__ = [
+    "master_option",
+    "parse_confs",
+    "pipeline_target_options",
+    "settings_options",
+    "source_options",
+    "spark_options",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -45,6 +52,13 @@ def _decorator(name: str, annotation: str, default: Any, option: Option) -> Call
 def settings_options(command: _F) -> _F:
     """Give ``command`` an option per run setting (its keyword arguments are the settings' names)."""
     for field, option in reversed(run_options()):
+        command = _decorator(field.name, str(field.type), field.default, option)(command)
+    return command
+
+
+def source_options(command: _F) -> _F:
+    """``--dsn``, ``--publication`` and ``--slot`` exactly as ``walspark run`` has them (the same settings)."""
+    for field, option in reversed([(f, o) for f, o in run_options() if f.name in ("dsn", "publication", "slot")]):
         command = _decorator(field.name, str(field.type), field.default, option)(command)
     return command
 

@@ -17,9 +17,12 @@ from walspark.pipeline.handle import PipelineHandle, run_tracked
 from walspark.pipeline.preflight import check_settings, preflight
 from walspark.pipeline.settings import RunSettings, StopSwitch
 from walspark.pipeline.status import RunSummary, Tracker
+from walspark.pipeline.verify import ATTEMPTS, WAIT_SECONDS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from walspark.pipeline.verify import VerifyResult
 
 __all__ = ["Pipeline"]
 
@@ -221,6 +224,20 @@ class Pipeline:
         settings = self.settings(once=once)
         preflight(settings)
         return PipelineHandle(self._session(), settings, self._say)._start()
+
+    def verify(self, *tables: str, attempts: int = ATTEMPTS, wait_seconds: float = WAIT_SECONDS) -> VerifyResult:
+        """Compare each published table (or these ``schema.table`` ones) with its Delta table,
+        without stopping a pipeline that streams: rows and checksums per key range on both sides,
+        ranges that differ read again once the lake has applied past the source's read point, so
+        changes in flight never show as differences (docs/running.md, "Checking the lake against
+        the source"). A key still moving after ``attempts`` re-reads is counted as still changing;
+        a re-read waits at most ``wait_seconds`` for the lake. Returns a
+        :class:`~walspark.pipeline.verify.VerifyResult`; ``matches`` is False on a real difference.
+        """
+        from walspark.pipeline.verify import verify_tables
+
+        return verify_tables(self._session(), self.settings(), self._say, tables=tables, attempts=int(attempts),
+                             wait_seconds=float(wait_seconds))  # fmt: skip
 
     def __repr__(self) -> str:
         s = self._settings
