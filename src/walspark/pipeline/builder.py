@@ -119,6 +119,16 @@ class Pipeline:
             keep_changes_hours=None if keep_hours is None else float(keep_hours),
         )
 
+    def failover_slot(self, enabled: bool = True) -> Pipeline:
+        """Create the slot as a failover slot, synchronized to standbys (default; PostgreSQL 17+).
+        See docs/deploying.md, "Failover and lost slots"."""
+        return self._set(failover_slot=bool(enabled))
+
+    def on_slot_loss(self, action: str) -> Pipeline:
+        """``"stop"`` (default): a slot invalidated or gone stops the run with the fix;
+        ``"resnapshot"``: a new slot, and every table copied again, each as one new Delta version."""
+        return self._set(on_slot_loss=action)
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""
@@ -161,7 +171,8 @@ class Pipeline:
     def check(self) -> Pipeline:
         """Run the preflight checks now (``run_once`` and ``start`` run them too): the DSN, the
         server's settings, the publication, the slot, the ``scd2`` tables. Needs no Spark."""
-        preflight(self.settings())
+        for note in preflight(self.settings()):
+            self._say(note)
         return self
 
     def _session(self) -> SparkSession:
@@ -195,7 +206,8 @@ class Pipeline:
         if stop is not None:
             settings = replace(settings, stop=stop)
         if check:
-            preflight(settings)
+            for note in preflight(settings):
+                self._say(note)
         tracker = Tracker()
         tracker.phase("starting")
         run_tracked(self._session(), settings, self._say, tracker)
@@ -209,7 +221,8 @@ class Pipeline:
         :meth:`run_once` does and ends (Spark's ``availableNow``).
         """
         settings = self.settings(once=once)
-        preflight(settings)
+        for note in preflight(settings):
+            self._say(note)
         return PipelineHandle(self._session(), settings, self._say)._start()
 
     def __repr__(self) -> str:
