@@ -31,7 +31,6 @@ SETTERS = {
     "fold_seconds": (lambda p: p.change_log(True, fold_seconds=9), 9.0),
     "keep_changes_hours": (lambda p: p.change_log(True, keep_hours=48), 48.0),
     "failover_slot": (lambda p: p.failover_slot(False), False),
-    "on_slot_loss": (lambda p: p.on_slot_loss("resnapshot"), "resnapshot"),
 }
 #: Set by the constructor, or by how the builder is run.
 GIVEN = {"dsn", "publication", "slot", "target", "once"}
@@ -75,7 +74,6 @@ def test_every_setting_has_a_builder_method_that_leaves_the_builder_as_it_was() 
     (lambda p: p.sync_chunk_rows(0), "--sync-chunk-rows"),
     (lambda p: p.maintenance(-1), "--maintenance-hours"),
     (lambda p: p.change_log(True, fold_seconds=-1), "--fold-seconds"),
-    (lambda p: p.on_slot_loss("ignore"), "--on-slot-loss"),
 ])  # fmt: skip
 def test_a_setting_out_of_its_bound_is_refused_naming_the_setting_and_its_flag(call, flag) -> None:
     with pytest.raises(OptionError, match=f"{flag.lstrip('-').replace('-', '_')} \\({flag}\\) must be"):

@@ -34,9 +34,6 @@ def _decorator(name: str, annotation: str, default: Any, option: Option) -> Call
     if annotation == "bool":  # on by default: --no-NAME turns it off
         decls = f"{flag}/--no-{flag[2:]}" if default is True else flag
         return click.option(decls, name, is_flag=True, default=default, help=option.help)
-    if option.choices is not None:
-        return click.option(flag, default=default, type=click.Choice(option.choices), help=option.help,
-                            show_default=True)  # fmt: skip
     if annotation.startswith("tuple"):
         return click.option(flag, multiple=True, metavar=option.metavar, help=option.help)
     required = default is MISSING

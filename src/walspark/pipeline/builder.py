@@ -124,11 +124,6 @@ class Pipeline:
         See docs/deploying.md, "Failover and lost slots"."""
         return self._set(failover_slot=bool(enabled))
 
-    def on_slot_loss(self, action: str) -> Pipeline:
-        """``"stop"`` (default): a slot invalidated or gone stops the run with the fix;
-        ``"resnapshot"``: a new slot, and every table copied again, each as one new Delta version."""
-        return self._set(on_slot_loss=action)
-
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""

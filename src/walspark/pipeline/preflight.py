@@ -54,7 +54,7 @@ def preflight(settings: RunSettings) -> list[str]:
     the publication, a slot no other consumer reads, and — when this run will take the initial
     snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
     otherwise silently keep a mirror). A lost slot (invalidated, or gone while the target holds its
-    snapshot) stops here unless ``on_slot_loss`` is ``resnapshot``. Raises the
+    snapshot) stops here, in one line with the fix. Raises the
     :mod:`walspark.source.errors` class that says what to do; returns the lines that say how a
     failover would cost the slot or changes (:func:`walspark.source.preflight.protection_notes`),
     for the caller to say.
@@ -71,14 +71,11 @@ def preflight(settings: RunSettings) -> list[str]:
         check_target(layout.home_location(storage), "--state")
     record = read_record(layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
-    resnapshot = settings.on_slot_loss == "resnapshot"
     check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
-                         slot_free_within=SLOT_FREE_SECONDS, failover=settings.failover_slot,
-                         lost_ok=resnapshot)  # fmt: skip
+                         slot_free_within=SLOT_FREE_SECONDS, failover=settings.failover_slot)  # fmt: skip
     if not check.slot_exists and record is not None and record.complete and record.slot == settings.slot:
-        if not resnapshot:
-            raise slot_gone(settings)
-    if unfinished or not check.slot_exists or check.slot_lost:
+        raise slot_gone(settings)
+    if unfinished or not check.slot_exists:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
         check_scd2_tables(settings)
@@ -91,8 +88,8 @@ def slot_gone(settings: RunSettings) -> Exception:
 
     return SlotNotFound(
         f"replication slot {settings.slot!r} is gone from the source (dropped, or lost in a failover to a standby "
-        f"that did not have it) while {settings.target} holds its tables: the changes since are lost to them; rerun "
-        "with --on-slot-loss resnapshot (a new slot, every table copied again)"
+        f"that did not have it) while {settings.target} holds its tables: the changes since are lost to them; run into a "
+        "new --target (a new slot and snapshot), or drop these tables and run again"
     )
 
 

@@ -52,8 +52,6 @@ class Option:
     above: bool = False
     metavar: str | None = None
     envvar: str | None = None
-    #: The values a text setting accepts (None: any).
-    choices: tuple[str, ...] | None = None
 
     @staticmethod
     def flag(name: str) -> str:
@@ -123,12 +121,6 @@ class RunSettings:
         "--no-failover-slot: a plain slot).",
         True,
     )
-    on_slot_loss: str = _option(
-        "What a run does when its slot was invalidated or is gone: stop (with the fix), or resnapshot "
-        "(a new slot, every table copied again as one new version each).",
-        "stop",
-        choices=("stop", "resnapshot"),
-    )
     keep_changes_hours: float | None = _option(
         "With --change-log: maintenance deletes change-log rows folded and committed more than this many hours "
         "ago (default: keep every change).",
@@ -167,9 +159,6 @@ def check_options(settings: RunSettings) -> None:
 
     for f, option in run_options():
         value = getattr(settings, f.name)
-        if option.choices is not None and value not in option.choices:
-            raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be one of {', '.join(option.choices)}, "
-                              f"not {value!r}")  # fmt: skip
         if option.minimum is None or value is None:
             continue
         if value < option.minimum or (option.above and value == option.minimum):

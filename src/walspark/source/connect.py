@@ -76,8 +76,8 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
     if "can no longer get changes" in low or "has been invalidated" in low or "was invalidated" in low:
         return make(
             SlotInvalidated,
-            "the WAL it needed is gone: rerun with --on-slot-loss resnapshot (a new "
-            "slot, every table copied again), or drop the slot and run into a new --target",
+            "the WAL it needed is gone: drop the slot (walspark slot drop) and run into a new --target "
+            "(a new slot and snapshot)",
         )
     if "wal_level" in low:
         return make(WalLevelNotLogical, "set wal_level = logical and restart PostgreSQL")

@@ -83,7 +83,7 @@ def protection_notes(conn: Any, slot: str, info: SlotInfo | None, *, failover: b
         where = "its standby" if standby else "a standby"
         return [
             f"replication slot {slot!r}: PostgreSQL {major} has no failover slots, so {where} does not keep it and a "
-            f"failover loses it (the run then stops; --on-slot-loss resnapshot copies every table again); "
+            f"failover loses it (the run then stops and needs a new snapshot); "
             "upgrade to PostgreSQL 17+ to keep the slot across a failover"
         ]
     if standby:
@@ -127,8 +127,8 @@ def lost_slot_line(info: SlotInfo) -> str:
     why = info.invalidation_reason or ("conflict with recovery" if info.conflicting else "wal_status lost")
     return (
         f"replication slot {info.slot_name!r} was invalidated ({why}): the WAL it needed is gone and its changes "
-        "cannot be streamed; rerun with --on-slot-loss resnapshot (a new slot, every table copied again), or drop "
-        "the slot and run into a new --target"
+        "cannot be streamed; drop the slot (walspark slot drop --slot "
+        f"{info.slot_name}) and run into a new --target (a new slot and snapshot)"
     )
 
 
@@ -154,13 +154,12 @@ def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
 
 @dataclass(frozen=True)
 class SourceCheck:
-    """What the checks learnt: the server version, whether the slot exists, whether it is lost
-    (invalidated: ``slot_lost`` is then the error's line), and the :func:`protection_notes`."""
+    """What the checks learnt: the server version, whether the slot exists, and the
+    :func:`protection_notes`."""
 
     server_version: int
     slot_exists: bool | None
     notes: tuple[str, ...] = ()
-    slot_lost: str | None = None
 
 
 def check_source(
@@ -173,7 +172,6 @@ def check_source(
     replication: bool = True,
     slot_free_within: float | None = None,
     failover: bool | None = None,
-    lost_ok: bool = False,
 ) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
@@ -185,7 +183,6 @@ def check_source(
     connection (the REPLICATION attribute and pg_hba's ``replication`` entries). With
     ``failover`` (whether walspark would create the slot as a failover slot), the result's
     ``notes`` say how a failover would cost the slot or changes (:func:`protection_notes`).
-    ``lost_ok``: an invalidated slot is not raised but said in ``slot_lost`` (the caller re-snapshots).
     """
     from walspark.source.slots import get_slot
 
@@ -216,17 +213,11 @@ def check_source(
                 )
             exists = None
             notes: list[str] = []
-            lost = None
             if slot is not None:
                 info = get_slot(conn, slot)
                 exists = info is not None
                 if info is not None:
-                    try:
-                        _check_slot(info, conn.info.dbname)
-                    except SlotInvalidated as exc:
-                        if not lost_ok:
-                            raise
-                        lost = str(exc)
+                    _check_slot(info, conn.info.dbname)
                     if info.active and slot_free_within is not None:
                         _wait_until_free(conn, info, slot_free_within)
                 if slot_must_exist and not exists:
@@ -250,4 +241,4 @@ def check_source(
             raise error_from_exception(exc, dsn=dsn, what="cannot check the source") from None
     if replication:
         connect_replication(dsn).close()
-    return SourceCheck(version, exists, tuple(notes), lost)
+    return SourceCheck(version, exists, tuple(notes))
