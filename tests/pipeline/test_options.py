@@ -31,6 +31,7 @@ SETTERS = {
     "metrics_host": (lambda p: p.metrics(9187, host="0.0.0.0"), "0.0.0.0"),
     "change_data_feed": (lambda p: p.change_data_feed(), True),
     "catalog_schema": (lambda p: p.catalog("cdc"), "cdc"),
+    "failover_slot": (lambda p: p.failover_slot(False), False),
 }
 #: Set by the constructor, or by how the builder is run.
 GIVEN = {"dsn", "publication", "slot", "target", "once"}

@@ -181,6 +181,12 @@ def test_create_slot_command_syntax_per_version() -> None:
         'CREATE_REPLICATION_SLOT "s" LOGICAL pgoutput USE_SNAPSHOT'
     with pytest.raises(OptionError):
         create_slot_command("s", server_version_num=130000, two_phase=True)
+    # a failover slot where the server has them (17+); older servers, and temporary slots, have none
+    assert create_slot_command("s", server_version_num=180000, failover=True) == \
+        "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER)"
+    assert create_slot_command("s", server_version_num=160000, failover=True) == \
+        "CREATE_REPLICATION_SLOT \"s\" LOGICAL pgoutput (SNAPSHOT 'export')"
+    assert "FAILOVER" not in create_slot_command("s", server_version_num=180000, temporary=True, failover=True)
 
 
 # ----------------------------------------------------------------------------- backoff

@@ -39,8 +39,9 @@ def _click_type(annotation: str, option: Option) -> Any:
 
 def _decorator(name: str, annotation: str, default: Any, option: Option) -> Callable[[_F], _F]:
     flag = Option.flag(name)
-    if annotation == "bool":
-        return click.option(flag, is_flag=True, default=default, help=option.help)
+    if annotation == "bool":  # on by default: --no-NAME turns it off
+        decls = f"{flag}/--no-{flag[2:]}" if default is True else flag
+        return click.option(decls, name, is_flag=True, default=default, help=option.help)
     if annotation.startswith("tuple"):
         return click.option(flag, multiple=True, metavar=option.metavar, help=option.help)
     required = default is MISSING

@@ -132,6 +132,7 @@ def status(dsn: str | None, name: str | None, target: str | None, state: str | N
     """Show one slot (plugin, activity, positions, lag, retained WAL), or with --target the pipeline:
     its state, last batch, rows, how far behind, tables being copied, the last error."""
     from walspark.source.errors import SlotNotFound
+    from walspark.source.preflight import protection_notes
     from walspark.source.slots import get_slot
 
     if target is not None:
@@ -142,11 +143,12 @@ def status(dsn: str | None, name: str | None, target: str | None, state: str | N
     with _errors(dsn):
         with _connect(dsn) as conn:
             info = get_slot(conn, name)
+            notes = [] if info is None else protection_notes(conn, name, info)
         if info is None:
             raise SlotNotFound(f"replication slot {name!r} does not exist; create it with `walspark slot create`")
     d = info.to_dict()
     if as_json:
-        click.echo(json.dumps(d, indent=2))
+        click.echo(json.dumps({**d, "not_protected": notes}, indent=2))
         return
     rows = [
         ("slot", info.slot_name),
@@ -163,16 +165,17 @@ def status(dsn: str | None, name: str | None, target: str | None, state: str | N
         ("retained WAL", _human_bytes(info.retained_bytes)),
         ("wal_status", info.wal_status or "-"),
     ]
-    if info.invalidated:
-        rows.append(
-            (
-                "INVALIDATED",
-                (info.invalidation_reason or "wal_status lost") + ": drop the slot, create a new one and re-snapshot",
-            )
-        )
+    rows.append(("failover", "-" if info.failover is None else ("yes" if info.failover else "no")))
+    rows.append(("synced", "-" if info.synced is None else ("yes" if info.synced else "no")))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         click.echo(f"{key:<{width}}  {value}")
+    if info.invalidated:
+        from walspark.source.preflight import lost_slot_line
+
+        click.echo(f"INVALIDATED: {lost_slot_line(info)}")
+    for note in notes:
+        click.echo(f"NOT PROTECTED: {note}")
 
 
 def _pipeline_status(target: str, state: str | None, slot: str | None, as_json: bool) -> None:

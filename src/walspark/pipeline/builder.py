@@ -118,6 +118,11 @@ class Pipeline:
         the feed as they are (docs/applying.md, "Delta's change data feed")."""
         return self._set(change_data_feed=bool(enabled))
 
+    def failover_slot(self, enabled: bool = True) -> Pipeline:
+        """Create the slot as a failover slot, synchronized to standbys (default; PostgreSQL 17+).
+        See docs/deploying.md, "Failover and lost slots"."""
+        return self._set(failover_slot=bool(enabled))
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""
@@ -174,7 +179,8 @@ class Pipeline:
     def check(self) -> Pipeline:
         """Run the preflight checks now (``run_once`` and ``start`` run them too): the DSN, the
         server's settings, the publication, the slot, the ``scd2`` tables. Needs no Spark."""
-        preflight(self.settings())
+        for note in preflight(self.settings()):
+            self._say(note)
         return self
 
     def _session(self) -> SparkSession:
@@ -208,7 +214,8 @@ class Pipeline:
         if stop is not None:
             settings = replace(settings, stop=stop)
         if check:
-            preflight(settings)
+            for note in preflight(settings):
+                self._say(note)
         tracker = Tracker()
         tracker.phase("starting")
         run_tracked(self._session(), settings, self._say, tracker)
@@ -222,7 +229,8 @@ class Pipeline:
         :meth:`run_once` does and ends (Spark's ``availableNow``).
         """
         settings = self.settings(once=once)
-        preflight(settings)
+        for note in preflight(settings):
+            self._say(note)
         return PipelineHandle(self._session(), settings, self._say)._start()
 
     def verify(self, *tables: str, attempts: int = ATTEMPTS, wait_seconds: float = WAIT_SECONDS) -> VerifyResult:

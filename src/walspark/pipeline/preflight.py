@@ -14,7 +14,15 @@ from walspark.pipeline.settings import RunSettings, check_options
 if TYPE_CHECKING:
     from walspark.storage import Location
 
-__all__ = ["SLOT_FREE_SECONDS", "check_scd2_tables", "check_settings", "check_target", "needs_snapshot", "preflight"]
+__all__ = [
+    "SLOT_FREE_SECONDS",
+    "check_scd2_tables",
+    "check_settings",
+    "check_target",
+    "needs_snapshot",
+    "preflight",
+    "slot_gone",
+]
 
 #: How long a run waits for its slot to be released by another consumer before it stops: a run
 #: killed a moment ago is seen gone by the server within that; one still reading is an error.
@@ -45,15 +53,18 @@ def check_settings(settings: RunSettings) -> None:
             raise OptionError(str(exc)) from None
 
 
-def preflight(settings: RunSettings) -> None:
+def preflight(settings: RunSettings) -> list[str]:
     """Everything about the source and the options that can fail without Spark, checked first.
 
     Names, the metrics' port (free), the target (and ``--state``) folder — one this user can make and write in, or an
     object store's bucket that exists — then the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
     the publication, a slot no other consumer reads, and — when this run will take the initial
     snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
-    otherwise silently keep a mirror). Raises the :mod:`walspark.source.errors` class that says
-    what to do.
+    otherwise silently keep a mirror). A lost slot (invalidated, or gone while the target holds its
+    snapshot) stops here, in one line with the fix. Raises the
+    :mod:`walspark.source.errors` class that says what to do; returns the lines that say how a
+    failover would cost the slot or changes (:func:`walspark.source.preflight.protection_notes`),
+    for the caller to say.
     """
     from walspark.pipeline.metrics import check_metrics_port
     from walspark.source.preflight import check_source
@@ -69,13 +80,26 @@ def preflight(settings: RunSettings) -> None:
         check_target(layout.home_location(storage), "--state")
     record = read_record(layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
-    check = check_source(
-        settings.dsn, publications=[settings.publication], slot=settings.slot, slot_free_within=SLOT_FREE_SECONDS
-    )
+    check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
+                         slot_free_within=SLOT_FREE_SECONDS, failover=settings.failover_slot)  # fmt: skip
+    if not check.slot_exists and record is not None and record.complete and record.slot == settings.slot:
+        raise slot_gone(settings)
     if unfinished or not check.slot_exists:
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
         check_scd2_tables(settings)
+    return list(check.notes)
+
+
+def slot_gone(settings: RunSettings) -> Exception:
+    """The error of a slot that is gone while the target holds the tables of its snapshot."""
+    from walspark.source.errors import SlotNotFound
+
+    return SlotNotFound(
+        f"replication slot {settings.slot!r} is gone from the source (dropped, or lost in a failover to a standby "
+        f"that did not have it) while {settings.target} holds its tables: the changes since are lost to them; run into a "
+        "new --target (a new slot and snapshot), or drop these tables and run again"
+    )
 
 
 def check_target(home: Location, option: str = "--target") -> None:

@@ -77,7 +77,8 @@ def _run(spark: SparkSession, settings: RunSettings, say: Callable[[str], None],
         say(f"snapshot: copying the tables of publication {settings.publication} at slot {settings.slot}'s"
             " consistent point")  # fmt: skip
         result = run_snapshot(spark, settings.dsn, settings.publication, settings.slot, settings.target,
-                              progress=lambda update: say(update.line()), state=settings.state)  # fmt: skip
+                              progress=lambda update: say(update.line()), state=settings.state,
+                              failover=settings.failover_slot)  # fmt: skip
         tracker.snapshot_done(len(result.tables))
         say(f"snapshot of {len(result.tables)} table(s) done; streaming from {result.consistent_point_text}")
         SyncStore(settings.layout).reset()  # every table is freshly copied

@@ -115,6 +115,11 @@ class RunSettings:
         "turned on for existing ones at their next batch): each batch's changes readable with readChangeFeed.",
         False,
     )
+    failover_slot: bool = _option(
+        "Create the slot as a failover slot, one the standbys synchronize (PostgreSQL 17+; "
+        "--no-failover-slot: a plain slot).",
+        True,
+    )
     metrics_port: int | None = _option(
         "Serve Prometheus metrics at http://HOST:PORT/metrics while running (see docs/monitoring.md).",
         None,

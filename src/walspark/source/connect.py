@@ -74,7 +74,11 @@ def classify_error(sqlstate: str | None, text: str, *, dsn: str | None = None, w
     if state == "42710" or ("replication slot" in low and "already exists" in low):
         return make(SlotExists, "pick another name or drop the old slot")
     if "can no longer get changes" in low or "has been invalidated" in low or "was invalidated" in low:
-        return make(SlotInvalidated, "the WAL it needed is gone: drop the slot, create a new one and re-snapshot")
+        return make(
+            SlotInvalidated,
+            "the WAL it needed is gone: drop the slot (walspark slot drop) and run into a new --target "
+            "(a new slot and snapshot)",
+        )
     if "wal_level" in low:
         return make(WalLevelNotLogical, "set wal_level = logical and restart PostgreSQL")
     if state == "55006" or ("replication slot" in low and "is active for pid" in low):

@@ -29,7 +29,7 @@ from .publications import publication_list
 if TYPE_CHECKING:
     from .slots import SlotInfo
 
-__all__ = ["SourceCheck", "check_source"]
+__all__ = ["SourceCheck", "check_source", "lost_slot_line", "protection_notes"]
 
 # Tables a snapshot reads (the published ones, and the leaves of a published partitioned root,
 # which the snapshot scans directly) that the current role may not SELECT.
@@ -65,11 +65,71 @@ def _check_slot(info: SlotInfo, dbname: str) -> None:
             f"{dbname!r}: connect to that database (dbname in the DSN) or choose another --slot"
         )
     if info.invalidated:
-        raise SlotInvalidated(
-            f"replication slot {info.slot_name!r} was invalidated "
-            f"({info.invalidation_reason or 'wal_status lost'}): the WAL it needed is gone; "
-            "drop the slot, create a new one and re-snapshot"
+        raise SlotInvalidated(lost_slot_line(info))
+
+
+def protection_notes(conn: Any, slot: str, info: SlotInfo | None, *, failover: bool = True) -> list[str]:
+    """One line for each way a failover of this server would cost the slot or changes (none: protected).
+
+    On a primary: the slot (or, when it does not exist yet, the one ``failover`` says walspark
+    will create) is not a failover slot; no standby is named in ``synchronized_standby_slots``, so
+    the standby may not have received what walspark consumed; PostgreSQL 16 and older have no
+    failover slots at all. On a standby: whether the slot is a synchronized copy. Reads settings
+    and the slot only; see docs/deploying.md, "Failover and lost slots".
+    """
+    major = conn.info.server_version // 10000
+    standby = bool(conn.execute("SELECT pg_is_in_recovery()").fetchone()[0])
+    if major < 17:
+        where = "its standby" if standby else "a standby"
+        return [
+            f"replication slot {slot!r}: PostgreSQL {major} has no failover slots, so {where} does not keep it and a "
+            f"failover loses it (the run then stops and needs a new snapshot); "
+            "upgrade to PostgreSQL 17+ to keep the slot across a failover"
+        ]
+    if standby:
+        if info is not None and info.synced:
+            return [
+                f"replication slot {slot!r} on this standby is synchronized from the primary: it is streamed from "
+                "here only after a promotion; give --dsn every host (host=a,b target_session_attrs=read-write) "
+                "so walspark follows the primary"
+            ]
+        return [
+            f"replication slot {slot!r} is not synchronized to this standby: a failover to it loses the slot; make "
+            "it a failover slot on the primary and set sync_replication_slots = on, hot_standby_feedback = on, "
+            "primary_slot_name and a dbname in primary_conninfo here"
+        ]
+    notes = []
+    if info is not None and not info.failover:
+        notes.append(
+            f"replication slot {slot!r} is not a failover slot: no standby keeps it and a failover loses it; make it "
+            f"one (ALTER_REPLICATION_SLOT {slot} (FAILOVER true) on a replication=database connection) or let "
+            "walspark create it (--failover-slot)"
         )
+    elif info is None and not failover:
+        notes.append(
+            f"replication slot {slot!r} will be created without failover (--no-failover-slot): no standby keeps "
+            "it and a failover loses it; leave out --no-failover-slot to have the standbys synchronize it"
+        )
+    if info is None or info.failover or failover:
+        names = conn.execute("SHOW synchronized_standby_slots").fetchone()[0]
+        if not str(names).strip():
+            notes.append(
+                f"replication slot {slot!r}: no standby is named in synchronized_standby_slots, so a standby may lag "
+                "behind what walspark consumed and a failover to it would lose changes; set "
+                "synchronized_standby_slots = '<the standby's physical slot>' on the primary (then "
+                "SELECT pg_reload_conf())"
+            )
+    return notes
+
+
+def lost_slot_line(info: SlotInfo) -> str:
+    """The one line of a slot that can no longer be streamed from: which, why, and the fix."""
+    why = info.invalidation_reason or ("conflict with recovery" if info.conflicting else "wal_status lost")
+    return (
+        f"replication slot {info.slot_name!r} was invalidated ({why}): the WAL it needed is gone and its changes "
+        "cannot be streamed; drop the slot (walspark slot drop --slot "
+        f"{info.slot_name}) and run into a new --target (a new slot and snapshot)"
+    )
 
 
 def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
@@ -94,10 +154,12 @@ def _wait_until_free(conn: Any, info: SlotInfo, seconds: float) -> None:
 
 @dataclass(frozen=True)
 class SourceCheck:
-    """What the checks learnt: the server version, and whether the slot exists."""
+    """What the checks learnt: the server version, whether the slot exists, and the
+    :func:`protection_notes`."""
 
     server_version: int
     slot_exists: bool | None
+    notes: tuple[str, ...] = ()
 
 
 def check_source(
@@ -109,6 +171,7 @@ def check_source(
     snapshot: bool = False,
     replication: bool = True,
     slot_free_within: float | None = None,
+    failover: bool | None = None,
 ) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
@@ -117,7 +180,9 @@ def check_source(
     ``slot_must_exist``; with ``slot_free_within``, one another consumer still reads after that
     many seconds is :class:`SlotInUse`); ``snapshot`` also checks SELECT on every table the
     snapshot of the publications would read; ``replication`` opens and closes a replication
-    connection (the REPLICATION attribute and pg_hba's ``replication`` entries).
+    connection (the REPLICATION attribute and pg_hba's ``replication`` entries). With
+    ``failover`` (whether walspark would create the slot as a failover slot), the result's
+    ``notes`` say how a failover would cost the slot or changes (:func:`protection_notes`).
     """
     from walspark.source.slots import get_slot
 
@@ -147,6 +212,7 @@ def check_source(
                     "create it (CREATE PUBLICATION ... FOR TABLE ...) or check --publication and dbname"
                 )
             exists = None
+            notes: list[str] = []
             if slot is not None:
                 info = get_slot(conn, slot)
                 exists = info is not None
@@ -159,6 +225,8 @@ def check_source(
                         f"replication slot {slot!r} does not exist in database "
                         f"{conn.info.dbname!r}; create it with `walspark slot create`"
                     )
+                if failover is not None:
+                    notes = protection_notes(conn, slot, info, failover=failover)
             if snapshot and names:
                 rows = conn.execute(_UNREADABLE_QUERY, (names,)).fetchall()
                 if rows:
@@ -173,4 +241,4 @@ def check_source(
             raise error_from_exception(exc, dsn=dsn, what="cannot check the source") from None
     if replication:
         connect_replication(dsn).close()
-    return SourceCheck(version, exists)
+    return SourceCheck(version, exists, tuple(notes))

@@ -71,6 +71,10 @@ class SlotInfo:
     two_phase: bool | None
     conflicting: bool | None
     invalidation_reason: str | None
+    #: PostgreSQL 17+: the slot is synchronized to standbys (``failover``), and this copy of it is
+    #: one the slot sync worker made on a standby (``synced``, kept after a promotion).
+    failover: bool | None = None
+    synced: bool | None = None
 
     @property
     def invalidated(self) -> bool:
@@ -98,6 +102,8 @@ class SlotInfo:
             "conflicting": self.conflicting,
             "invalidation_reason": self.invalidation_reason,
             "invalidated": self.invalidated,
+            "failover": self.failover,
+            "synced": self.synced,
         }
 
 
@@ -111,6 +117,8 @@ def _slot_query(server_version_num: int) -> str:
         ("s.two_phase", 14, "NULL::bool"),
         ("s.conflicting", 16, "NULL::bool"),
         ("s.invalidation_reason", 17, "NULL::text"),
+        ("s.failover", 17, "NULL::bool"),
+        ("s.synced", 17, "NULL::bool"),
     ]
     extra = ", ".join(col if major >= since else absent for col, since, absent in optional)
     return (
@@ -141,6 +149,8 @@ def _row_to_info(row: tuple[Any, ...]) -> SlotInfo:
         two_phase,
         conflicting,
         reason,
+        failover,
+        synced,
     ) = row
     return SlotInfo(
         slot_name=name,
@@ -160,6 +170,8 @@ def _row_to_info(row: tuple[Any, ...]) -> SlotInfo:
         two_phase=two_phase,
         conflicting=conflicting,
         invalidation_reason=reason,
+        failover=failover,
+        synced=synced,
     )
 
 
@@ -194,12 +206,15 @@ class CreatedSlot:
     consistent_point: int
 
 
-def create_slot(conn: Any, name: str, *, temporary: bool = False, two_phase: bool = False) -> CreatedSlot:
+def create_slot(
+    conn: Any, name: str, *, temporary: bool = False, two_phase: bool = False, failover: bool = False
+) -> CreatedSlot:
     """Create a ``pgoutput`` slot in the connection's database (SQL interface).
 
     ``temporary`` slots belong to the creating *session* and vanish with it; they suit tests of
     the SQL interface, not a stream on another connection (use the stream's
-    ``create_temporary_slot`` for that). ``two_phase`` needs PostgreSQL 14+.
+    ``create_temporary_slot`` for that). ``two_phase`` needs PostgreSQL 14+. ``failover`` makes
+    it a slot the standbys synchronize (PostgreSQL 17+; ignored before, where no slot can be).
     """
     validate_slot_name(name)
     major = conn.info.server_version // 10000
@@ -207,7 +222,12 @@ def create_slot(conn: Any, name: str, *, temporary: bool = False, two_phase: boo
         raise OptionError(f"two_phase slots need PostgreSQL 14+, server is {major}")
     query: str
     params: tuple[object, ...]
-    if major >= 14:
+    if major >= 17:
+        query, params = (
+            "SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s, %s, %s)",
+            (name, PLUGIN, temporary, two_phase, failover and not temporary),
+        )
+    elif major >= 14:
         query, params = (
             "SELECT slot_name::text, lsn::text FROM pg_create_logical_replication_slot(%s, %s, %s, %s)",
             (name, PLUGIN, temporary, two_phase),
@@ -272,12 +292,14 @@ def create_slot_command(
     temporary: bool = False,
     two_phase: bool = False,
     snapshot: SnapshotAction = "export",
+    failover: bool = False,
 ) -> str:
     """``CREATE_REPLICATION_SLOT`` in the syntax the server understands.
 
     PostgreSQL 15 introduced the parenthesised option list (``(SNAPSHOT 'export', TWO_PHASE)``);
     14 and older take keywords (``EXPORT_SNAPSHOT``/``NOEXPORT_SNAPSHOT``/``USE_SNAPSHOT``, and
-    ``TWO_PHASE`` on 14 only).
+    ``TWO_PHASE`` on 14 only). ``failover`` (``FAILOVER``, PostgreSQL 17+) asks the standbys'
+    slot sync to keep a copy of the slot; older servers have no such slot and it is left out.
     """
     validate_slot_name(name)
     if snapshot not in ("export", "nothing", "use"):
@@ -288,6 +310,8 @@ def create_slot_command(
     head = f"CREATE_REPLICATION_SLOT {quote_repl_ident(name)}{' TEMPORARY' if temporary else ''} LOGICAL {PLUGIN}"
     if major >= 15:
         opts = [f"SNAPSHOT '{snapshot}'"] + (["TWO_PHASE"] if two_phase else [])
+        if failover and major >= 17 and not temporary:
+            opts.append("FAILOVER")
         return f"{head} ({', '.join(opts)})"
     keyword = {"export": "EXPORT_SNAPSHOT", "nothing": "NOEXPORT_SNAPSHOT", "use": "USE_SNAPSHOT"}[snapshot]
     return f"{head} {keyword}{' TWO_PHASE' if two_phase else ''}"
@@ -319,7 +343,13 @@ class SlotSnapshot:
 
 @contextlib.contextmanager
 def create_slot_with_snapshot(
-    dsn: str, name: str, *, temporary: bool = False, two_phase: bool = False, snapshot: SnapshotAction = "export"
+    dsn: str,
+    name: str,
+    *,
+    temporary: bool = False,
+    two_phase: bool = False,
+    snapshot: SnapshotAction = "export",
+    failover: bool = False,
 ) -> Iterator[SlotSnapshot]:
     """Create a slot over the replication protocol and keep its snapshot alive inside the ``with``.
 
@@ -334,7 +364,12 @@ def create_slot_with_snapshot(
     try:
         version = conn.server_version
         command = create_slot_command(
-            name, server_version_num=version, temporary=temporary, two_phase=two_phase, snapshot=snapshot
+            name,
+            server_version_num=version,
+            temporary=temporary,
+            two_phase=two_phase,
+            snapshot=snapshot,
+            failover=failover,
         )
         cur = conn.cursor()
         try:

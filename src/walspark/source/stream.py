@@ -505,11 +505,9 @@ class ReplicationStream:
                     f"slot {self.slot!r} belongs to database {info.database!r}, but the connection is to {database!r}"
                 )
             if info.invalidated:
-                why = info.invalidation_reason or ("conflict with recovery" if info.conflicting else "wal_status lost")
-                raise SlotInvalidated(
-                    f"replication slot {self.slot!r} is invalidated ({why}): the WAL it needed is "
-                    "gone; drop it, create a new slot and take a new snapshot"
-                )
+                from .preflight import lost_slot_line
+
+                raise SlotInvalidated(lost_slot_line(info))
             cur.execute(
                 "SELECT pubname::text FROM pg_publication WHERE pubname = ANY(%s)", (list(resolved.publication_names),)
             )

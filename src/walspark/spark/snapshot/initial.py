@@ -682,6 +682,7 @@ def run_snapshot(
     table_concurrency: int = 4,
     fail_partition: tuple[str, int] | None = None,
     state: str | None = None,
+    failover: bool = False,
 ) -> SnapshotResult:
     """Create ``slot`` with an exported snapshot and copy every table of ``publication`` into ``target``.
 
@@ -691,6 +692,8 @@ def run_snapshot(
     ``parallelism`` is the number of tasks a big table is at least split into (default: Spark's
     default parallelism); ``partition_rows`` / ``partition_pages`` size the CTID ranges.
     ``table_concurrency`` tables are copied at the same time (each its own Spark job).
+    ``failover``: the slot is one the standbys synchronize (PostgreSQL 17+, see
+    :func:`~walspark.source.slots.create_slot_command`).
     ``fail_partition=("schema.table", i)`` is a test hook: task ``i`` of that table raises.
     See the module docstring for the restart rules and ``redo``.
     """
@@ -735,7 +738,7 @@ def run_snapshot(
 
     written: list[TableSnapshot] = []
     try:
-        with create_slot_with_snapshot(dsn, slot, two_phase=two_phase) as exported:
+        with create_slot_with_snapshot(dsn, slot, two_phase=two_phase, failover=failover) as exported:
             consistent_point = exported.consistent_point
             assert exported.snapshot_name is not None
             log.info(
