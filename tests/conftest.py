@@ -70,6 +70,9 @@ LONGEST = (
     "tests/scenarios/test_two_phase.py::test_sigkill",
     "tests/distribution/",
     "tests/scenarios/test_object_storage.py",
+    "tests/scenarios/test_failover.py",
+    "tests/scenarios/test_catalog_tables.py",
+    "tests/pipeline/test_verify.py",
 )
 
 
