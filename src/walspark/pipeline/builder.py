@@ -33,6 +33,10 @@ def _log_line(text: str) -> None:
     log.info("%s", text)
 
 
+#: The preflight's notes already said in this process (:meth:`Pipeline._preflight`).
+_SAID: set[str] = set()
+
+
 class Pipeline:
     """Replicate a publication's tables into Delta tables under ``target``, exactly once.
 
@@ -179,9 +183,16 @@ class Pipeline:
     def check(self) -> Pipeline:
         """Run the preflight checks now (``run_once`` and ``start`` run them too): the DSN, the
         server's settings, the publication, the slot, the ``scd2`` tables. Needs no Spark."""
-        for note in preflight(self.settings()):
-            self._say(note)
+        self._preflight(self.settings())
         return self
+
+    def _preflight(self, settings: RunSettings) -> None:
+        """The preflight checks; each note they return (a failover would cost the slot or
+        changes) is said once per process, not at every run of a notebook's or the demo's loop."""
+        for note in preflight(settings):
+            if note not in _SAID:
+                _SAID.add(note)
+                self._say(note)
 
     def _session(self) -> SparkSession:
         if self._spark is not None:
@@ -214,8 +225,7 @@ class Pipeline:
         if stop is not None:
             settings = replace(settings, stop=stop)
         if check:
-            for note in preflight(settings):
-                self._say(note)
+            self._preflight(settings)
         tracker = Tracker()
         tracker.phase("starting")
         run_tracked(self._session(), settings, self._say, tracker)
@@ -229,8 +239,7 @@ class Pipeline:
         :meth:`run_once` does and ends (Spark's ``availableNow``).
         """
         settings = self.settings(once=once)
-        for note in preflight(settings):
-            self._say(note)
+        self._preflight(settings)
         return PipelineHandle(self._session(), settings, self._say)._start()
 
     def verify(self, *tables: str, attempts: int = ATTEMPTS, wait_seconds: float = WAIT_SECONDS) -> VerifyResult:
