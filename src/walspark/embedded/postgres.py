@@ -212,6 +212,7 @@ class EmbeddedPostgres:
         self._owns_base = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="walspark-pg-"))
         self.bindir = Path(bindir) if bindir is not None else embedded_bindir()
+        self._bindir = self.bindir  # until start() finds one the server's user can run
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.settings = {**_BASE_SETTINGS, **(settings or {})}
@@ -278,12 +279,19 @@ class EmbeddedPostgres:
         atexit.unregister(self.stop)
         if self._running:
             try:
-                self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+                self.shutdown(mode)
             except EmbeddedPostgresError:
                 self._kill_postmaster()
             self._running = False
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def shutdown(self, mode: str = "fast", *, timeout: int = 60) -> None:
+        """Stop the server, keeping its files, or raise when it did not stop cleanly within
+        ``timeout`` seconds (:meth:`stop` kills it then). A clean stop's shutdown checkpoint
+        reaches the standbys before the server exits: the planned switchover's first step."""
+        self._pg_ctl("stop", "-w", "-t", str(timeout), "-m", mode)
+        self._running = False
 
     def restart(self, mode: str = "fast", *, stop_timeout: int = 60) -> None:
         """Stop and start again on the same port and data (to test reconnects).
@@ -292,8 +300,9 @@ class EmbeddedPostgres:
         sent (PostgreSQL's rule): a consumer in the middle of a slow commit holds the stop up
         for as long as the commit takes, hence ``stop_timeout``.
         """
-        self._pg_ctl("stop", "-w", "-t", str(stop_timeout), "-m", mode)
+        self.shutdown(mode, timeout=stop_timeout)
         self._pg_ctl("start", "-w", "-t", "120", "-l", str(self.log_file), "-o", f"-p {self.port}")
+        self._running = True
 
     def __enter__(self) -> EmbeddedPostgres:
         return self.start()

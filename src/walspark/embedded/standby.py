@@ -26,7 +26,8 @@ class EmbeddedStandby(EmbeddedPostgres):
     copy in recovery on a port of its own. ``dbname`` goes into ``primary_conninfo``: the slot
     sync worker connects to that database. ``synchronize=True`` also names ``slot`` in the
     primary's ``synchronized_standby_slots`` (a logical walsender then sends nothing this standby
-    has not received), reloading the primary.
+    has not received), reloading the primary. ``primary`` may be a promoted standby (the next
+    standby of a switchover); the port is chosen here, so a DSN can name it before :meth:`start`.
     """
 
     def __init__(
@@ -93,10 +94,16 @@ class EmbeddedStandby(EmbeddedPostgres):
 
     def wait_for_slot(self, name: str, *, confirmed: int | None = None, timeout: float = 120.0) -> None:
         """Wait until the slot sync worker has a persistent copy of ``name`` here, confirmed at least
-        ``confirmed`` (an LSN) when given."""
+        ``confirmed`` (an LSN) when given.
+
+        Each second until then, a running-transactions record is logged on the primary (the first
+        copy waits for the slot to move past one, which the bgwriter writes only every 15 s) and this
+        standby is reloaded: the reload wakes its sync worker, whose nap grows to 30 s while it finds
+        nothing to sync."""
         import psycopg
 
         deadline = time.monotonic() + timeout
+        nudged = 0.0
         while True:
             with psycopg.connect(self.dsn(), autocommit=True) as conn:
                 row = conn.execute(
@@ -104,10 +111,16 @@ class EmbeddedStandby(EmbeddedPostgres):
                     " FROM pg_replication_slots WHERE slot_name = %s",
                     (name,),
                 ).fetchone()
-            if row is not None and row[0] and (confirmed is None or (row[1] or 0) >= confirmed):
-                return
-            if time.monotonic() > deadline:
-                raise EmbeddedPostgresError(f"slot {name!r} was not synchronized to the standby within {timeout:g} s")
+                if row is not None and row[0] and (confirmed is None or (row[1] or 0) >= confirmed):
+                    return
+                if time.monotonic() > deadline:
+                    raise EmbeddedPostgresError(
+                        f"slot {name!r} was not synchronized to the standby within {timeout:g} s"
+                    )
+                if time.monotonic() - nudged >= 1.0:
+                    nudged = time.monotonic()
+                    self.primary_sql("SELECT pg_log_standby_snapshot()")
+                    conn.execute("SELECT pg_reload_conf()")
             time.sleep(0.2)
 
 
