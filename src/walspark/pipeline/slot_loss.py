@@ -3,10 +3,11 @@
 A slot invalidated while walspark was away (its WAL removed past ``max_slot_wal_keep_size``), or
 gone while the target holds its tables, cannot bring the changes it lost. With ``resnapshot`` a
 run, before its stream starts: drops the invalidated slot, creates it again at the server's
-current position N (a failover slot as ``--failover-slot`` says), and asks the table sync to copy
-every published table again while the stream goes on from N (docs/design/table-sync.md: each copy
-has its own consistent point C >= N, the changes streamed meanwhile wait in a pending log, the
-hand-off applies those at or after C; a re-copy replaces its table in one Delta commit).
+current position N (a failover slot as ``--failover-slot`` says, two-phase if the lost one was),
+and asks the table sync to copy every published table again while the stream goes on from N
+(docs/design/table-sync.md: each copy has its own consistent point C >= N, the changes streamed
+meanwhile wait in a pending log, the hand-off applies those at or after C; a re-copy replaces its
+table in one Delta commit).
 
 The Spark checkpoint and its batch numbering are kept: LSNs only grow on one server, so the
 query asks for the stream from its checkpoint's position and the server starts it at the new
@@ -82,11 +83,13 @@ def resnapshot_lost_slot(settings: RunSettings, say: Callable[[str], None]) -> i
     note.write_json({"slot": settings.slot, "reason": reason, "state": "recreating", "at": time.time()})
     with connect_sql(settings.dsn) as conn:
         info = get_slot(conn, settings.slot)
+        two_phase = bool(info is not None and info.two_phase)  # as the lost one was (unknown when gone: not)
         if info is not None and (info.invalidated or not resumed):
             drop_slot(conn, settings.slot, if_exists=True, terminate_active=True)
             info = None
         if info is None:
-            start = create_slot(conn, settings.slot, failover=settings.failover_slot).consistent_point
+            created = create_slot(conn, settings.slot, two_phase=two_phase, failover=settings.failover_slot)
+            start = created.consistent_point
         else:  # made by the re-creation that did not end
             start = info.confirmed_flush_lsn or info.restart_lsn or 0
         tables = sorted(membership(conn, settings.publication))
