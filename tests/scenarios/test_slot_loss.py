@@ -8,7 +8,8 @@ with the reason and the fix; a resnapshot run (one of its hand-offs stopped betw
 and the record of it, and repeated) makes every table equal to the source, each table's history
 gaining exactly one version (the replace: no empty or half-copied version in between) with the
 old one readable by time travel; then exactly once again (an SCD2 table without duplicate
-versions); last, the slot dropped instead of invalidated stops the default run in one line too.
+versions); last, the slot dropped instead of invalidated stops the default run in one line too,
+and with the option is made again with every table asked for again.
 """
 
 from __future__ import annotations
@@ -137,3 +138,18 @@ def test_lost_slot_stops_or_copies_every_table_again_in_one_version(spark, tmp_p
             pipeline.run_once()
         assert "\n" not in str(gone.value) and "'sl' is gone from the source" in str(gone.value), str(gone.value)
         assert "--on-slot-loss resnapshot" in str(gone.value), str(gone.value)
+
+        # with the option, a dropped slot is made again and every table is asked for again (the
+        # steps before the stream; the copies themselves are those above)
+        from walspark.pipeline.slot_loss import resnapshot_lost_slot
+        from walspark.spark.tablesync.state import SyncStore
+
+        settings = again.settings(once=True)
+        start = resnapshot_lost_slot(settings, lines.append)
+        assert start is not None and "'sl' was gone from the source: created again at" in lines[-1], lines[-1]
+        row = conn.execute("SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots "
+                           "WHERE slot_name = 'sl'").fetchone()  # fmt: skip
+        assert row is not None and int(row[0]) == start
+        asked = sorted(t for _, tables, _ in SyncStore(settings.layout).pending_requests() for t in tables)
+        assert asked == [("public", "h"), ("public", "m")], asked
+        assert resnapshot_lost_slot(settings, lines.append) is None  # done: the slot is not lost any more
