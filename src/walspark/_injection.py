@@ -8,8 +8,10 @@ or, in a ``walspark run`` child, by :data:`ACTION` naming an importable ``module
 With no action a point costs one check.
 
 The points (all on the driver): ``checkpoint-logged``, ``driver-batch-logged``,
-``driver-batch-applied`` (:mod:`walspark.pipeline.driver_batch`); ``copy-started`` and
-``copy-committed``, with the copy's ``stop`` event (:mod:`walspark.spark.tablesync.sync`);
+``driver-batch-applied`` (:mod:`walspark.pipeline.driver_batch`); ``copy-started`` (with the
+``table``) and ``copy-committed``, with the copy's ``stop`` event, and ``copy-swapped`` (a side
+copy replaced its table, not yet recorded), with the ``table`` and ``stop``
+(:mod:`walspark.spark.tablesync.sync`);
 ``wave-committed``, with the ``table``, the ``wave`` number and ``stop``
 (:mod:`walspark.spark.tablesync.copying`).
 """

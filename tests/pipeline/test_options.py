@@ -32,6 +32,7 @@ SETTERS = {
     "change_data_feed": (lambda p: p.change_data_feed(), True),
     "catalog_schema": (lambda p: p.catalog("cdc"), "cdc"),
     "failover_slot": (lambda p: p.failover_slot(False), False),
+    "on_slot_loss": (lambda p: p.on_slot_loss("resnapshot"), "resnapshot"),
 }
 #: Set by the constructor, or by how the builder is run.
 GIVEN = {"dsn", "publication", "slot", "target", "once"}
@@ -77,6 +78,7 @@ def test_every_setting_has_a_builder_method_that_leaves_the_builder_as_it_was() 
     (lambda p: p.metrics(0), "--metrics-port"),
     (lambda p: p.metrics(65536), "--metrics-port"),
     (lambda p: p.maintenance(24, retain_hours=-1), "--retain-hours"),
+    (lambda p: p.on_slot_loss("retry"), "--on-slot-loss"),
 ])  # fmt: skip
 def test_a_setting_out_of_its_bound_is_refused_naming_the_setting_and_its_flag(call, flag) -> None:
     with pytest.raises(OptionError, match=f"{flag.lstrip('-').replace('-', '_')} \\({flag}\\) must be"):

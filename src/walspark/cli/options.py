@@ -28,6 +28,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _click_type(annotation: str, option: Option) -> Any:
     """The click type of a setting from its annotation (``"int | None"`` → an int, bounded)."""
+    if option.choices is not None:
+        return click.Choice(option.choices)
     kind = "int" if "int" in annotation else "float" if "float" in annotation else "str"
     if kind == "str" or option.minimum is None:
         return {"int": int, "float": float, "str": str}[kind]

@@ -127,6 +127,14 @@ class Pipeline:
         See docs/deploying.md, "Failover and lost slots"."""
         return self._set(failover_slot=bool(enabled))
 
+    def on_slot_loss(self, action: str) -> Pipeline:
+        """What a run does when its slot was lost (invalidated while walspark was away, or gone
+        while the target holds its tables): ``"stop"`` (default) raises the one-line error with the
+        fix; ``"resnapshot"`` creates the slot again and copies every table again into this target,
+        each replaced in one Delta commit (the old version stays readable by time travel). See
+        docs/deploying.md, "Failover and lost slots"."""
+        return self._set(on_slot_loss=str(action))
+
     def state(self, location: str | None) -> Pipeline:
         """Where walspark keeps its own files (checkpoint, staging, snapshot record, table-sync
         state): a folder or an object-store URI. Default ``<target>/_walspark``."""

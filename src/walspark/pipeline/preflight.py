@@ -59,9 +59,10 @@ def preflight(settings: RunSettings) -> list[str]:
     Names, the metrics' port (free), the target (and ``--state``) folder — one this user can make and write in, or an
     object store's bucket that exists — then the DSN, reachability, password, database, ``wal_level``, the REPLICATION attribute,
     the publication, a slot no other consumer reads, and — when this run will take the initial
-    snapshot — SELECT on the published tables. ``--scd2`` tables must be published (a typo would
-    otherwise silently keep a mirror). A lost slot (invalidated, or gone while the target holds its
-    snapshot) stops here, in one line with the fix. Raises the
+    snapshot or copy every table again — SELECT on the published tables. ``--scd2`` tables must be
+    published (a typo would otherwise silently keep a mirror). A lost slot (invalidated, or gone
+    while the target holds its snapshot) stops here, in one line with the fix, unless
+    ``--on-slot-loss resnapshot`` (:mod:`walspark.pipeline.slot_loss` then re-creates it). Raises the
     :mod:`walspark.source.errors` class that says what to do; returns the lines that say how a
     failover would cost the slot or changes (:func:`walspark.source.preflight.protection_notes`),
     for the caller to say.
@@ -80,11 +81,22 @@ def preflight(settings: RunSettings) -> list[str]:
         check_target(layout.home_location(storage), "--state")
     record = read_record(layout, storage)
     unfinished = record is not None and record.slot == settings.slot and not record.complete
+    held = record is not None and record.complete and record.slot == settings.slot  # the target holds its tables
+    resnapshot = settings.on_slot_loss == "resnapshot" and held
     check = check_source(settings.dsn, publications=[settings.publication], slot=settings.slot,
-                         slot_free_within=SLOT_FREE_SECONDS, failover=settings.failover_slot)  # fmt: skip
-    if not check.slot_exists and record is not None and record.complete and record.slot == settings.slot:
+                         slot_free_within=SLOT_FREE_SECONDS, failover=settings.failover_slot,
+                         lost_ok=resnapshot)  # fmt: skip
+    if not check.slot_exists and held and not resnapshot:
         raise slot_gone(settings)
-    if unfinished or not check.slot_exists:
+    if held and not resnapshot:
+        note = layout.slot_loss(settings.slot, storage).read_json() or {}
+        if note.get("state") == "recreating":  # its slot may exist again, but not every table is to be copied
+            from walspark.source.errors import SlotInvalidated
+
+            raise SlotInvalidated(f"replication slot {settings.slot!r} was being created again after it was lost "
+                                  f"and that did not end: the tables of {settings.target} lack its changes; run "
+                                  "with --on-slot-loss resnapshot again")  # fmt: skip
+    if unfinished or not check.slot_exists or check.lost:  # a snapshot, or every table copied again
         check_source(settings.dsn, publications=[settings.publication], snapshot=True, replication=False)
     if settings.scd2:
         check_scd2_tables(settings)
@@ -97,8 +109,9 @@ def slot_gone(settings: RunSettings) -> Exception:
 
     return SlotNotFound(
         f"replication slot {settings.slot!r} is gone from the source (dropped, or lost in a failover to a standby "
-        f"that did not have it) while {settings.target} holds its tables: the changes since are lost to them; run into a "
-        "new --target (a new slot and snapshot), or drop these tables and run again"
+        f"that did not have it) while {settings.target} holds its tables: the changes since are lost to them; run with "
+        "--on-slot-loss resnapshot (a new slot, every table copied again into this target), or run into a new "
+        "--target"
     )
 
 

@@ -45,6 +45,10 @@ def run_pipeline(spark: SparkSession, settings: RunSettings, *, say: Callable[[s
         from walspark.spark.lake.tables import CHANGE_DATA_FEED
 
         spark.conf.set(CHANGE_DATA_FEED, "true")
+    if settings.on_slot_loss == "resnapshot":  # a lost slot made again, every table to be copied again
+        from walspark.pipeline.slot_loss import resnapshot_lost_slot
+
+        resnapshot_lost_slot(settings, say)
     snapshot = needs_snapshot(settings)
     if not snapshot:  # a new snapshot copies every table again: what an older run left no longer counts
         check_change_logs(spark, settings.layout, say)
@@ -131,7 +135,7 @@ def check_change_logs(spark: SparkSession, layout: TargetLayout, say: Callable[[
     if not change_logs(layout):
         return
     store = SyncStore(layout)
-    copying = {t for _, tables in store.pending_requests() for t in tables}
+    copying = {t for _, tables, _ in store.pending_requests() for t in tables}
     copying |= {(s.schema, s.table) for s in store.all() if s.syncing}
     unfolded = []
     for log in unfolded_change_logs(spark, layout):

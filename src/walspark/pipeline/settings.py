@@ -54,6 +54,8 @@ class Option:
     maximum: float | None = None
     metavar: str | None = None
     envvar: str | None = None
+    #: The values accepted, when only some are (None: any of the field's type).
+    choices: tuple[str, ...] | None = None
 
     @staticmethod
     def flag(name: str) -> str:
@@ -120,6 +122,13 @@ class RunSettings:
         "--no-failover-slot: a plain slot).",
         True,
     )
+    on_slot_loss: str = _option(
+        "What a run does when its slot was lost (invalidated, or gone while the target holds its tables): stop "
+        "with the fix, or resnapshot: create the slot again and copy every table again into this target, each "
+        'replaced in one Delta commit (docs/deploying.md, "Failover and lost slots").',
+        "stop",
+        choices=("stop", "resnapshot"),
+    )
     metrics_port: int | None = _option(
         "Serve Prometheus metrics at http://HOST:PORT/metrics while running (see docs/monitoring.md).",
         None,
@@ -173,6 +182,9 @@ def check_options(settings: RunSettings) -> None:
         value = getattr(settings, f.name)
         if value is None:
             continue
+        if option.choices is not None and value not in option.choices:
+            raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be one of {', '.join(option.choices)}, "
+                              f"not {value!r}")  # fmt: skip
         if option.minimum is not None and (value < option.minimum or (option.above and value == option.minimum)):
             bound = f"{'more than' if option.above else 'at least'} {option.minimum:g}"
             raise OptionError(f"{f.name} ({Option.flag(f.name)}) must be {bound}, not {value!r}")

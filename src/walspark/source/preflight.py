@@ -52,8 +52,9 @@ ORDER BY 1
 """
 
 
-def _check_slot(info: SlotInfo, dbname: str) -> None:
-    """A slot of another plugin, another database or one invalidated cannot feed the stream."""
+def _check_slot(info: SlotInfo, dbname: str, *, lost_ok: bool = False) -> None:
+    """A slot of another plugin, another database or one invalidated (unless ``lost_ok``: the
+    caller re-creates it) cannot feed the stream."""
     if info.slot_type != "logical" or info.plugin != "pgoutput":
         raise OptionError(
             f"replication slot {info.slot_name!r} is a {info.slot_type} slot of plugin "
@@ -64,7 +65,7 @@ def _check_slot(info: SlotInfo, dbname: str) -> None:
             f"replication slot {info.slot_name!r} belongs to database {info.database!r}, not "
             f"{dbname!r}: connect to that database (dbname in the DSN) or choose another --slot"
         )
-    if info.invalidated:
+    if info.invalidated and not lost_ok:
         raise SlotInvalidated(lost_slot_line(info))
 
 
@@ -127,8 +128,8 @@ def lost_slot_line(info: SlotInfo) -> str:
     why = info.invalidation_reason or ("conflict with recovery" if info.conflicting else "wal_status lost")
     return (
         f"replication slot {info.slot_name!r} was invalidated ({why}): the WAL it needed is gone and its changes "
-        "cannot be streamed; drop the slot (walspark slot drop --slot "
-        f"{info.slot_name}) and run into a new --target (a new slot and snapshot)"
+        "cannot be streamed; run with --on-slot-loss resnapshot (a new slot, every table copied again into this "
+        f"target), or drop the slot (walspark slot drop --slot {info.slot_name}) and run into a new --target"
     )
 
 
@@ -160,6 +161,8 @@ class SourceCheck:
     server_version: int
     slot_exists: bool | None
     notes: tuple[str, ...] = ()
+    #: The slot's :func:`lost_slot_line` when it is invalidated (only with ``lost_ok``).
+    lost: str | None = None
 
 
 def check_source(
@@ -172,6 +175,7 @@ def check_source(
     replication: bool = True,
     slot_free_within: float | None = None,
     failover: bool | None = None,
+    lost_ok: bool = False,
 ) -> SourceCheck:
     """Raise the walspark error that explains why ``dsn`` cannot serve a pipeline, else return.
 
@@ -183,6 +187,8 @@ def check_source(
     connection (the REPLICATION attribute and pg_hba's ``replication`` entries). With
     ``failover`` (whether walspark would create the slot as a failover slot), the result's
     ``notes`` say how a failover would cost the slot or changes (:func:`protection_notes`).
+    ``lost_ok``: an invalidated slot is not an error but the result's ``lost`` (its caller
+    creates it again).
     """
     from walspark.source.slots import get_slot
 
@@ -212,12 +218,14 @@ def check_source(
                     "create it (CREATE PUBLICATION ... FOR TABLE ...) or check --publication and dbname"
                 )
             exists = None
+            lost = None
             notes: list[str] = []
             if slot is not None:
                 info = get_slot(conn, slot)
                 exists = info is not None
                 if info is not None:
-                    _check_slot(info, conn.info.dbname)
+                    _check_slot(info, conn.info.dbname, lost_ok=lost_ok)
+                    lost = lost_slot_line(info) if info.invalidated else None
                     if info.active and slot_free_within is not None:
                         _wait_until_free(conn, info, slot_free_within)
                 if slot_must_exist and not exists:
@@ -241,4 +249,4 @@ def check_source(
             raise error_from_exception(exc, dsn=dsn, what="cannot check the source") from None
     if replication:
         connect_replication(dsn).close()
-    return SourceCheck(version, exists, tuple(notes))
+    return SourceCheck(version, exists, tuple(notes), lost)

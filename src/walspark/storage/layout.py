@@ -111,13 +111,23 @@ class TargetLayout:
         """``snapshot.json``: the initial snapshot's record (in progress, or its consistent point)."""
         return self.home_location(settings) / "snapshot.json"
 
+    def slot_loss(self, slot: str, settings: StorageSettings | None = None) -> Location:
+        """``slot-loss/<slot>.json``: the last time ``slot`` was found lost and created again
+        (``--on-slot-loss resnapshot``): where the new slot starts, and whether the re-creation ended."""
+        return self.home_location(settings) / "slot-loss" / f"{slot}.json"
+
     def tablesync(self) -> Location:
-        """The table sync's folder: ``state.json``, ``requests/``, ``pending/`` and ``copies/``."""
+        """The table sync's folder: ``state.json``, ``requests/``, ``pending/``, ``copies/`` and ``side/``."""
         return self.home_location() / "tablesync"
 
     def pending_log(self, schema: str, table: str, gen: int) -> str:
         """The pending change log (a Delta table) of one copy generation of a table being copied."""
         return (self.tablesync() / "pending" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}").uri
+
+    def side_copy(self, schema: str, table: str, gen: int) -> str:
+        """Where a re-copy of a table that has a Delta table is made (a Delta table), before it
+        replaces the table in one commit at the hand-off: readers never see it half-copied."""
+        return (self.tablesync() / "side" / path_segment(schema, schema=True) / path_segment(table) / f"g{gen}").uri
 
     def copy_plan(self, schema: str, table: str, gen: int) -> Location:
         """The chunk plan of one copy generation of a table (what a resumed copy continues)."""

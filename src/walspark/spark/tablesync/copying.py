@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CopyOutcome", "copy_in_chunks", "truncated_within", "without_copied"]
+__all__ = ["CopyOutcome", "copy_in_chunks", "replace_from_side", "truncated_within", "without_copied"]
 
 #: Prefix of the ``userMetadata`` of a copy's chunk commits.
 METADATA_PREFIX = "walspark-copy "
+#: Prefix of the ``userMetadata`` of the commit where a copy made beside its table replaces it.
+REPLACE_PREFIX = "walspark-copy-replace "
 
 #: Pages sampled per chunk when choosing chunk bounds (at least :data:`MIN_SAMPLE_PAGES`): a page
 #: sample is cheap, and enough pages make chunks of about even size.
@@ -63,6 +65,11 @@ class CopyPlan:
     chunks: list[CtidRange]
     plan_id: str
     start_version: int | None = None
+    #: Where the waves are committed: the table's own path for a table new to the target, else a
+    #: side table (``TargetLayout.side_copy``) that replaces it in one commit at the hand-off.
+    into: str | None = None
+    #: The properties the copy's table was made with (what the replace gives the table).
+    properties: dict[str, str] | None = None
 
     def save(self, path: Location) -> None:
         path.write_json(asdict(self))
@@ -74,7 +81,7 @@ class CopyPlan:
         except (OSError, ValueError):
             return None
         return CopyPlan(d["gen"], d["shape"], d["keys"], [_range(c) for c in d["chunks"]], d["plan_id"],
-                        d.get("start_version"))  # fmt: skip
+                        d.get("start_version"), d.get("into"), d.get("properties"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +103,8 @@ class CopyOutcome:
     cuts: tuple[tuple[int, int], ...]
     keys: tuple[str, ...]
     resumed: int  # chunks committed by earlier attempts
+    #: The copy is in a side table that replaces the table at the hand-off (:func:`replace_from_side`).
+    side: bool = False
 
 
 def shape_of(plan: TablePlan) -> str:
@@ -219,9 +228,10 @@ def _history(spark: SparkSession, path: str, after: int) -> list[tuple[int, str,
     return [(int(r["version"]), r["userMetadata"] or "", r["operationMetrics"] or {}) for r in rows]
 
 
-def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -> int:
-    """Replace the Delta table by an empty one of the plan's shape (``schema``, the source's); its
-    version. A new local table is created by delta-rs (:func:`.driver_copy.create`).
+def _start(spark: SparkSession, properties: dict[str, str], schema: pa.Schema, path: str) -> int:
+    """Replace the Delta table at ``path`` by an empty one of the plan's shape (``schema``, the
+    source's, and ``properties``); its version. A new local table is created by delta-rs
+    (:func:`.driver_copy.create`).
 
     SQL, not ``DeltaTable.createOrReplace().location()``: the builder leaves an existing table of
     the same schema as it is (no new version), and a copy must start from an empty table.
@@ -230,10 +240,9 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
 
     from walspark.spark.lake.tables import properties_clause
     from walspark.spark.snapshot import driver_copy
-    from walspark.spark.snapshot.initial import _sql_path, table_properties
+    from walspark.spark.snapshot.initial import _sql_path
     from walspark.values import spark_schema
 
-    properties = table_properties(plan, spark, schema)
     if driver_copy.can_create(path, schema, properties):
         return driver_copy.create(path, schema, [], properties)
     view = f"walspark_copy_{uuid.uuid4().hex}"
@@ -247,25 +256,79 @@ def _start(spark: SparkSession, plan: TablePlan, schema: pa.Schema, path: str) -
     return int(DeltaTable.forPath(spark, path).history(1).first()["version"])  # type: ignore[index]  # just written
 
 
+#: The session setting that gives a SQL commit its ``userMetadata`` (Delta's ``commitInfo``).
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def replace_from_side(spark: SparkSession, side: str, path: str, plan: CopyPlan) -> None:
+    """Replace the table at ``path`` by the copy at ``side`` in one commit (``CREATE OR REPLACE
+    TABLE … AS SELECT``, with the properties the copy was made with): readers see the old rows
+    until that commit and every copied row from it on; the old versions stay readable by time
+    travel. The commit is tagged with the copy's plan id, and a table whose last commit has that
+    tag is left as it is: nothing else writes a table being copied, so a hand-off repeated after a
+    crash between the replace and the record of it makes no second version."""
+    from walspark.spark.snapshot.initial import _create_as_select
+
+    tag = REPLACE_PREFIX + json.dumps({"gen": plan.gen, "plan": plan.plan_id})
+    last = _history(spark, path, _last_version(spark, path) - 1)
+    if last and last[-1][1] == tag:
+        return
+    previous = spark.conf.get(_USER_METADATA, None)
+    spark.conf.set(_USER_METADATA, tag)
+    try:
+        _create_as_select(spark, path, spark.read.format("delta").load(side), plan.properties or {})
+    finally:
+        if previous is None:
+            spark.conf.unset(_USER_METADATA)
+        else:
+            spark.conf.set(_USER_METADATA, previous)
+
+
+def _last_version(spark: SparkSession, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    from walspark.spark.lake.driver_log import local_path
+    from walspark.spark.snapshot import driver_copy
+
+    local = local_path(path) if driver_copy.enabled(path) else None
+    if local is not None:
+        from deltalake import DeltaTable as RsTable
+
+        try:
+            return int(RsTable(local).version())
+        except Exception as exc:  # noqa: BLE001 - a table delta-rs cannot open is Spark's to read
+            log.debug("%s: version read by Spark (%s)", path, exc)
+    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])  # type: ignore[index]  # one row
+
+
 def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consistent_point: int,
-                   plan: TablePlan, catalog: list[list[Any]], path: str, plan_path: Location, gen: int,
-                   parallelism: int, partition_rows: int, small_rows: int, say: Callable[[str], None],
+                   plan: TablePlan, catalog: list[list[Any]], path: str, side: str, plan_path: Location,
+                   gen: int, parallelism: int, partition_rows: int, small_rows: int, say: Callable[[str], None],
                    stop: threading.Event) -> CopyOutcome:  # fmt: skip
     """Copy ``plan`` into ``path`` in waves of chunks, continuing the chunks an earlier attempt of
-    the same generation committed when their shape still fits (see the module docstring)."""
+    the same generation committed when their shape still fits (see the module docstring). A table
+    that has a Delta table already is copied into ``side`` instead, which replaces it in one commit
+    at the hand-off (:func:`replace_from_side`): a first copy is visible as it goes, a re-copy never."""
     import pyarrow as pa
 
     from walspark.source.connect import connect_sql
     from walspark.spark.lake import driver_append
+    from walspark.spark.lake.tables import is_delta_table
     from walspark.spark.snapshot import driver_copy
-    from walspark.spark.snapshot.initial import SMALL_TABLE_ROWS, SnapshotProgress, _written_rows, source_plan
+    from walspark.spark.snapshot.initial import (
+        SMALL_TABLE_ROWS,
+        SnapshotProgress,
+        _written_rows,
+        source_plan,
+        table_properties,
+    )
     from walspark.spark.snapshot.pgsnapshot import begin_in_snapshot, source_schema
 
     loaded = CopyPlan.load(plan_path)
     saved = loaded if loaded is not None and loaded.gen == gen else None  # this generation's plan
     shape = shape_of(plan)
     base = source_plan(dsn, snapshot_name, plan, catalog)
-    waves = committed_waves(spark, path, saved) if saved is not None else []
+    waves = committed_waves(spark, saved.into or path, saved) if saved is not None else []
     restart = None
     if saved is not None and saved.shape != shape:
         restart = "its columns, row filter or partitions changed since the copy began"
@@ -279,15 +342,17 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
             keys, chunks = plan_chunks(conn, plan, parallelism=parallelism, partition_rows=partition_rows,
                                        small_rows=small_rows)  # fmt: skip
             conn.execute("COMMIT")
-        saved = CopyPlan(gen, shape, keys, chunks, uuid.uuid4().hex)
+        saved = CopyPlan(gen, shape, keys, chunks, uuid.uuid4().hex, into=side if is_delta_table(path) else path)
         saved.save(plan_path)
         waves = []
     schema = source_schema(base)
+    into = saved.into or path
     if saved.start_version is None:
-        saved.start_version = _start(spark, plan, schema, path)
+        saved.properties = table_properties(plan, spark, schema)
+        saved.start_version = _start(spark, saved.properties, schema, into)
         saved.save(plan_path)
     # A small table's waves are read and appended from the driver (no Spark query per wave).
-    driver = (driver_copy.enabled(path) and driver_append.can_append(path) and driver_copy.plain_schema(schema)
+    driver = (driver_copy.enabled(into) and driver_append.can_append(into) and driver_copy.plain_schema(schema)
               and sum(r.rows_or_guess for r in plan.relations) < SMALL_TABLE_ROWS)  # fmt: skip
     done = {i for w in waves for i in w.chunks}
     todo = [c for c in saved.chunks if c.index not in done]
@@ -314,14 +379,14 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         if driver:
             try:
                 batch = pa.Table.from_batches(list(driver_copy.read(base, wave)), schema)
-                driver_append.append(path, batch, note)
+                driver_append.append(into, batch, note)
                 rows += batch.num_rows
             except driver_append.DriverAppendUnsupported:
                 driver = False
         if not driver:
             df = spark.read.format("pgsnapshot").option("plan", replace(base, ranges=wave).to_json()).load()
-            df.write.format("delta").mode("append").option("userMetadata", note).save(path)
-            rows += _written_rows(spark, path)
+            df.write.format("delta").mode("append").option("userMetadata", note).save(into)
+            rows += _written_rows(spark, into)
         done.update(c.index for c in wave)
         say(
             "copy of "
@@ -331,7 +396,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
         )  # as the initial snapshot's
         if len(done) < total:
             _injection.point("wave-committed", table=plan.qualified, wave=first // max(parallelism, 1) + 1, stop=stop)
-    waves = committed_waves(spark, path, saved)
+    waves = committed_waves(spark, into, saved)
     say(
         "copy of "
         + SnapshotProgress(
@@ -348,7 +413,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     lsns = sorted({w.lsn for w in waves}) or [consistent_point]
     cuts = tuple((lsn, max(w.version for w in waves if w.lsn == lsn)) for lsn in lsns) if len(lsns) > 1 else ()
     return CopyOutcome(sum(w.rows for w in waves), lsns[-1], cuts, tuple(saved.keys),
-                       sum(len(w.chunks) for w in waves if w.lsn != consistent_point))  # fmt: skip
+                       sum(len(w.chunks) for w in waves if w.lsn != consistent_point), into != path)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

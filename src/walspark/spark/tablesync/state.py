@@ -57,6 +57,10 @@ class SyncState:
     #: and tests.
     copy_started: float | None = None
     copy_done: float | None = None
+    #: The copy was made beside the table (``TargetLayout.side_copy``: a re-copy of a table that had
+    #: a Delta table) and replaces it in one commit at the hand-off; ``swapped`` once it has.
+    side: bool = False
+    swapped: bool = False
 
     @property
     def qualified(self) -> str:
@@ -134,25 +138,28 @@ class SyncStore:
             return state
 
     def reset(self) -> None:
-        """Forget every state and pending log: a new initial snapshot copied every table again
-        (its batch ids start a new checkpoint history, so ``handed_through`` would mislead)."""
+        """Forget every state, pending log and unfinished copy: a new initial snapshot copied every
+        table again (its batch ids start a new checkpoint history, so ``handed_through`` would
+        mislead), or a lost slot's changes staged for a copy must not reach the next one."""
         with self._lock:
-            (self.layout.tablesync() / "pending").delete_tree()
-            (self.layout.tablesync() / "copies").delete_tree()
+            for folder in ("pending", "copies", "side"):
+                (self.layout.tablesync() / folder).delete_tree()
             self.path.delete()
             self._states = None
 
     # requests (written by ``walspark resnapshot``, consumed by the running pipeline)
 
-    def pending_requests(self) -> Iterator[tuple[Location, list[Table]]]:
+    def pending_requests(self) -> Iterator[tuple[Location, list[Table], str]]:
+        """Each request file, its tables and why they are to be copied again."""
         for path in self.requests.list():
             if not path.name.endswith(".json"):
                 continue
             try:
-                tables = [tuple(t) for t in json.loads(path.read_bytes())["tables"]]
+                request = json.loads(path.read_bytes())
+                tables = [tuple(t) for t in request["tables"]]
             except (OSError, ValueError, KeyError):
                 continue  # a file being written by hand; only renamed files count
-            yield path, tables
+            yield path, tables, str(request.get("why") or "is to be re-copied (walspark resnapshot)")
 
 
 class UnknownTable(ValueError):
@@ -163,9 +170,8 @@ def _names(tables: Iterable[Table]) -> str:
     return ", ".join(f"{s}.{t}" for s, t in tables)
 
 
-def request_resnapshot(
-    layout: TargetLayout, tables: Iterable[Table], published: Iterable[Table] | None = None, publication: str = ""
-) -> Location:
+def request_resnapshot(layout: TargetLayout, tables: Iterable[Table], published: Iterable[Table] | None = None,
+                       publication: str = "", *, why: str | None = None) -> Location:  # fmt: skip
     """Ask the pipeline writing ``layout`` to re-copy ``tables`` (durably; a running ``walspark run``
     picks it up within its check interval, otherwise the next one does). A write-once object with
     a unique name: no two requests can overwrite each other, on any store.
@@ -173,7 +179,8 @@ def request_resnapshot(
     A request the run would only ignore is :class:`UnknownTable`: with ``published`` (the tables
     ``publication`` publishes, from the source), a table not among them; without, a table the
     pipeline does not know (neither its table sync's state nor a Delta table under ``target``) or
-    one that left the publication."""
+    one that left the publication. ``why`` is what the run says of each table (default: the
+    ``walspark resnapshot`` request)."""
     store = SyncStore(layout)
     tables = list(tables)
     states = {(s.schema, s.table): s for s in store.all()}
@@ -198,5 +205,8 @@ def request_resnapshot(
                                f"tables: {have_}); a table added to the publication is copied when the pipeline "
                                "sees it")  # fmt: skip
     path = store.requests / f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.json"
-    path.write_json({"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()})
+    request: dict[str, object] = {"tables": [list(t) for t in tables], "requested_at": time.time(), "pid": os.getpid()}
+    if why:
+        request["why"] = why
+    path.write_json(request)
     return path

@@ -241,14 +241,14 @@ class TableSync:
         """Between batches: take re-copy requests, start copies, hand off finished ones."""
         with self.lock:
             done_files = []
-            for path, tables in self.store.pending_requests():
+            for path, tables, why in self.store.pending_requests():
                 for table in tables:
                     if table not in self._signatures:
                         self.say(
                             f"re-copy of {table[0]}.{table[1]} ignored: not a table of publication {self.publication!r}"
                         )
                     else:
-                        self._request(table, "is to be re-copied (walspark resnapshot)")
+                        self._request(table, why)
                 done_files.append(path)
             for table in sorted(self._requested):
                 state = self.store.get(*table)
@@ -286,6 +286,8 @@ class TableSync:
                         and self._position >= state.since
                     ):
                         self.store.update(state.schema, state.table, cuts=(), cut_keys=())
+                        if state.side:
+                            location(self._copy_path(state)).delete_tree()
 
     def published(self) -> list[Table]:
         """The publication's tables as the last check read them (as streamed: partition roots
@@ -377,6 +379,8 @@ class TableSync:
                 copy_started=time.time(),
             )
             self.store.put(state)
+            if previous is not None and previous.side:  # a side copy kept for its cuts, or abandoned
+                location(self._copy_path(previous)).delete_tree()
             self._launch(state)
             return state
 
@@ -422,7 +426,7 @@ class TableSync:
             if plan is None:  # left the publication before the copy began: nothing to copy
                 self.store.update(state.schema, state.table, state=LEFT)
                 return
-            _injection.point("copy-started", stop=self._stop)
+            _injection.point("copy-started", table=state.qualified, stop=self._stop)
             if plan.columnless_rows is not None:  # a row count: one commit, nothing to resume
                 plan_partitions(plan, parallelism=self.parallelism)
                 self.say(f"copying {state.qualified} at {format_lsn(consistent_point)} while the stream goes on")
@@ -433,12 +437,13 @@ class TableSync:
                 outcome = copy_in_chunks(
                     self._copy_session, dsn=self.dsn, snapshot_name=exported.snapshot_name,
                     consistent_point=consistent_point, plan=plan, catalog=catalog, path=path,
+                    side=self.layout.side_copy(state.schema, state.table, state.gen),
                     plan_path=self.layout.copy_plan(state.schema, state.table, state.gen), gen=state.gen,
                     parallelism=self.parallelism, partition_rows=self.chunk_rows or DEFAULT_PARTITION_ROWS,
                     small_rows=min(SMALL_TABLE_ROWS, self.chunk_rows or SMALL_TABLE_ROWS), say=self.say,
                     stop=self._stop)  # fmt: skip
                 changes = {"since": outcome.since, "rows": outcome.rows, "cuts": outcome.cuts,
-                           "cut_keys": outcome.keys if outcome.cuts else ()}  # fmt: skip
+                           "cut_keys": outcome.keys if outcome.cuts else (), "side": outcome.side}  # fmt: skip
         with self.store._lock:
             current = self.store.get(state.schema, state.table)
             if current is None or current.gen != state.gen or current.state != COPYING:
@@ -452,14 +457,23 @@ class TableSync:
         from walspark.spark.tablesync.copying import truncated_within, without_copied
 
         assert state.since is not None
-        path = self.layout.table(state.schema, state.table)
+        path = self._copy_path(state)  # the cuts' versions are those of the table the waves went to
         if state.cuts and truncated_within(rows, min(c for c, _ in state.cuts), state.since):
             return None
         return without_copied(rows, since=state.since, cuts=state.cuts, keys=state.cut_keys, spark=session, path=path)
 
+    def _copy_path(self, state: SyncState) -> str:
+        """The Delta table the copy's waves were committed to: the table's own, or its side copy."""
+        if state.side:
+            return self.layout.side_copy(state.schema, state.table, state.gen)
+        return self.layout.table(state.schema, state.table)
+
     def _hand_off(self, state: SyncState) -> None:
-        """Apply the pending changes at or after C, then the table is ready (idempotent: a replay
-        after a crash finds the MERGE's transaction id and skips it)."""
+        """A copy made beside the table replaces it (one commit); then the pending changes at or
+        after C are applied and the table is ready. Idempotent: a replay after a crash between the
+        replace and its record finds the replace as the table's last commit (:func:`replace_from_side`),
+        one after it finds it recorded (``swapped``: the MERGE may follow it) and the MERGE's
+        transaction id; either skips what is done."""
         from pyspark.sql import functions as F
 
         from walspark.spark.lake.apply import apply_table
@@ -468,18 +482,27 @@ class TableSync:
         assert self.sink is not None
         table = (state.schema, state.table)
         pending = self.layout.pending_log(*table, state.gen)
-        through = None
+        spark = self._handoff_session
+        through = rows = None
         applied = 0
         if is_delta_table(pending):
-            spark = self._handoff_session
             log_df = spark.read.format("delta").load(pending)
             through = log_df.agg(F.max(BATCH_COLUMN)).first()[0]  # type: ignore[index]  # an aggregate: one row
-            copied = self._copied(state, log_df.drop(BATCH_COLUMN), spark)
-            if copied is None:  # its changes so far are in the new copy, later ones in its own log
+            rows = self._copied(state, log_df.drop(BATCH_COLUMN), spark)
+            if rows is None:  # its changes so far are in the new copy, later ones in its own log
                 self._begin_copy(table, state, "was truncated between the snapshots of its resumed copy", again=True)
                 location(pending).delete_tree()
                 return
-            rows = copied
+        path = self.layout.table(*table)
+        if state.side and not state.swapped:
+            from walspark.spark.tablesync.copying import CopyPlan, replace_from_side
+
+            saved = CopyPlan.load(self.layout.copy_plan(*table, state.gen))
+            assert saved is not None  # deleted only once the table is ready
+            replace_from_side(spark, self._copy_path(state), path, saved)
+            _injection.point("copy-swapped", table=state.qualified, stop=self._stop)
+            state = self.store.update(*table, swapped=True)  # a replay does not replace it again
+        if rows is not None:
             options = self.sink.options_for(*table)
             facts = batch_facts(rows, table, options.keys)
             if facts is not None:
@@ -488,11 +511,12 @@ class TableSync:
                 apply_table(spark, rows, 1, facts, layout=self.layout, mode=options.mode,
                             app_id=f"{self.sink.scope.app_id}/sync/{state.since:X}")  # fmt: skip
                 applied = facts.rows
-        path = self.layout.table(*table)
         self.sink.forget_table(path)  # the copy replaced the table
         self.store.update(*table, state=READY, handed_through=through)
         location(pending).delete_tree()
         self.layout.copy_plan(*table, state.gen).parent.delete_tree()
+        if state.side and not state.cuts:  # else kept until the stream passes the last C (route's filter)
+            location(self._copy_path(state)).delete_tree()
         self.say(
             f"table {state.qualified} is in sync: {state.rows or 0:,} rows copied, {applied:,} changes "
             "made during the copy applied; streaming it from here"
