@@ -135,3 +135,20 @@ def test_verify_while_streaming_and_edits_behind_walsparks_back(spark, pg18_dsn,
     assert "4 difference(s) in public.items, public.tags" in out and "walspark resnapshot" in out, out
     (summary,) = [line.split() for line in out.splitlines() if line.startswith("public.items ")]
     assert summary[5:] == ["3", "0"], out  # differences, still changing
+
+
+def test_lake_grid_steps_fall_in_the_ranges_of_their_keys(spark):
+    """The lake side groups rows by grid step (floor of key / grid, clamped to the bounds' span)
+    and adds the steps up into ranges: every key, negative, on a bound, beyond either end, must
+    land in the range the source's bounds put it in (the range filter both sides re-read by)."""
+    from walspark.pipeline.verify import _Plan
+
+    keys = [-(2**63), -(2**62) - 7, -1001, -1000, -999, -501, -500, -1, 0, 1, 499, 500, 999, 1000, 1001, 2**63 - 1]
+    plans = [_Plan(None, ("id",), ("id::text",), ("CAST(`id` AS STRING)",), ("id",), (), bounds, 0, 0, grid)  # type: ignore[arg-type]
+             for grid, bounds in ((1, (-3, 0, 7)), (250, (-1000, -500, 0, 500, 1000)), (7, (-7000, 14, 700)))]  # fmt: skip
+    columns = [e for i, p in enumerate(plans) for e in (f"{p.grid_expr()} AS s{i}", f"{p.range_expr(False)} AS r{i}")]
+    for row in spark.createDataFrame([(k,) for k in keys], "id bigint").selectExpr("id", *columns).collect():  # one job
+        for i, plan in enumerate(plans):
+            expected = sum(1 for b in plan.bounds or () if b <= row.id)  # the range whose key filter holds the key
+            step, case = row[f"s{i}"], row[f"r{i}"]
+            assert plan.grid_range(step) == case == expected, (plan.grid, plan.bounds, row.id, step, case)
