@@ -68,6 +68,7 @@ def preflight(settings: RunSettings) -> list[str]:
     for the caller to say.
     """
     from walspark.pipeline.metrics import check_metrics_port
+    from walspark.pipeline.slot_loss import recreation_unfinished
     from walspark.source.preflight import check_source
     from walspark.spark.snapshot.initial import read_record
     from walspark.storage import StorageSettings, location
@@ -89,8 +90,8 @@ def preflight(settings: RunSettings) -> list[str]:
     if not check.slot_exists and held and not resnapshot:
         raise slot_gone(settings)
     if held and not resnapshot:
-        note = layout.slot_loss(settings.slot, storage).read_json() or {}
-        if note.get("state") == "recreating":  # its slot may exist again, but not every table is to be copied
+        # its slot may exist again, but not every table is to be copied again yet
+        if recreation_unfinished(layout, settings.slot, storage):
             from walspark.source.errors import SlotInvalidated
 
             raise SlotInvalidated(f"replication slot {settings.slot!r} was being created again after it was lost "

@@ -34,8 +34,18 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from walspark.pipeline.settings import RunSettings
+    from walspark.storage import StorageSettings
+    from walspark.storage.layout import TargetLayout
 
-__all__ = ["lost_slot", "resnapshot_lost_slot"]
+__all__ = ["lost_slot", "recreation_unfinished", "resnapshot_lost_slot"]
+
+
+def recreation_unfinished(layout: TargetLayout, slot: str, storage: StorageSettings | None = None) -> str | None:
+    """Why an earlier re-creation of ``slot`` did not end (its record is not ``done``), or None."""
+    note = layout.slot_loss(slot, storage).read_json()
+    if note is None or note.get("state") == "done":
+        return None
+    return str(note.get("reason") or "an earlier re-creation of the slot did not end")
 
 
 def lost_slot(settings: RunSettings) -> str | None:
@@ -50,9 +60,9 @@ def lost_slot(settings: RunSettings) -> str | None:
     record = read_record(layout)
     if record is None or not record.complete or record.slot != settings.slot:
         return None
-    note = layout.slot_loss(settings.slot).read_json()
-    if note is not None and note.get("state") != "done":
-        return str(note.get("reason") or "an earlier re-creation of the slot did not end")
+    unfinished = recreation_unfinished(layout, settings.slot)
+    if unfinished is not None:
+        return unfinished
     with connect_sql(settings.dsn) as conn:
         info = get_slot(conn, settings.slot)
     if info is None:

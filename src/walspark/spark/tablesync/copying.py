@@ -256,10 +256,6 @@ def _start(spark: SparkSession, properties: dict[str, str], schema: pa.Schema, p
     return int(DeltaTable.forPath(spark, path).history(1).first()["version"])  # type: ignore[index]  # just written
 
 
-#: The session setting that gives a SQL commit its ``userMetadata`` (Delta's ``commitInfo``).
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-
-
 def replace_from_side(spark: SparkSession, side: str, path: str, plan: CopyPlan) -> None:
     """Replace the table at ``path`` by the copy at ``side`` in one commit (``CREATE OR REPLACE
     TABLE … AS SELECT``, with the properties the copy was made with): readers see the old rows
@@ -267,6 +263,7 @@ def replace_from_side(spark: SparkSession, side: str, path: str, plan: CopyPlan)
     travel. The commit is tagged with the copy's plan id, and a table whose last commit has that
     tag is left as it is: nothing else writes a table being copied, so a hand-off repeated after a
     crash between the replace and the record of it makes no second version."""
+    from walspark.spark.lake.columns import _USER_METADATA
     from walspark.spark.snapshot.initial import _create_as_select
 
     tag = REPLACE_PREFIX + json.dumps({"gen": plan.gen, "plan": plan.plan_id})
