@@ -23,13 +23,13 @@ def log(text: str) -> None:
     print(f"[{time.perf_counter() - _T0:7.1f}s] {text}", file=sys.stderr, flush=True)
 
 
-def fill_big_table(conn: Any, rows: int) -> None:
-    """The snapshot benchmarks' table ``big``: a bigint key, an int, a short text, a timestamptz, a
+def fill_big_table(conn: Any, rows: int, name: str = "big") -> None:
+    """The snapshot benchmarks' table (``big``): a bigint key, an int, a short text, a timestamptz, a
     numeric; ``rows`` rows, vacuumed and analyzed."""
-    conn.execute("CREATE TABLE big (id bigint PRIMARY KEY, qty int, label text, at timestamptz, amount numeric(12, 2))")
-    conn.execute("INSERT INTO big SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
+    conn.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, qty int, label text, at timestamptz, amount numeric(12, 2))")
+    conn.execute(f"INSERT INTO {name} SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
                  " (g %% 100000) / 100.0 FROM generate_series(1, %s::bigint) g", (rows,))  # fmt: skip
-    conn.execute("VACUUM ANALYZE big")
+    conn.execute(f"VACUUM ANALYZE {name}")
 
 
 def pct(values: list[float], p: float) -> float:
