@@ -67,6 +67,18 @@ def pgbench(pg: EmbeddedPostgres, dsn: str, *args: str) -> str:
     return out.stdout + out.stderr
 
 
+def pgbench_database(pg: EmbeddedPostgres, scale: int) -> str:
+    """A database ``oltp`` on ``pg`` initialised by pgbench at ``scale``, its four tables published; its DSN."""
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE oltp")
+    dsn = pg.dsn("oltp")
+    log(f"pgbench -i at scale {scale} ({100_000 * scale:,} accounts)")
+    pgbench(pg, dsn, "-i", "-q", "-s", str(scale))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {', '.join(TABLES)}")
+    return dsn
+
+
 def one(dsn: str, query: str, params: tuple[Any, ...] = ()) -> Any:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchone()[0]  # type: ignore[index]
@@ -172,13 +184,8 @@ def backlog(args: argparse.Namespace, spark: SparkSession, pg: EmbeddedPostgres,
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.source.slots import create_slot
 
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        conn.execute("CREATE DATABASE oltp")
-    dsn = pg.dsn("oltp")
-    log(f"pgbench -i at scale {args.scale} ({100_000 * args.scale:,} accounts)")
-    pgbench(pg, dsn, "-i", "-q", "-s", str(args.scale))
+    dsn = pgbench_database(pg, args.scale)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {', '.join(TABLES)}")
         create_slot(conn, "oltp_recv")
     targets = {"cold": f"{tmp}/cold", "warm": f"{tmp}/warm"}
     pipelines = {name: Pipeline(spark, dsn=dsn, publication=PUBLICATION, slot=f"oltp_{name}", target=target)

@@ -25,14 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import log  # bench/common.py, beside this script
-
-TABLES = ("pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history")
-PUBLICATION = "oltp_pub"
-
-
-def pgbench(pg, dsn: str, *args: str) -> str:
-    out = subprocess.run([pg.bin("pgbench"), *args, dsn], check=True, capture_output=True, text=True, timeout=3600)
-    return out.stdout + out.stderr
+from oltp import PUBLICATION, TABLES, pgbench, pgbench_database  # bench/oltp.py, beside this script
 
 
 def sampled(pyspy: str, out: Path, pid: int, *extra: str) -> subprocess.Popen:
@@ -174,8 +167,6 @@ def main() -> None:
     logging.getLogger("walspark").addHandler(handler)
     logging.getLogger("walspark").setLevel(logging.DEBUG)
 
-    import psycopg
-
     from walspark import Pipeline
     from walspark.embedded.postgres import EmbeddedPostgres
     from walspark.spark.session import spark_session
@@ -188,13 +179,7 @@ def main() -> None:
     }
     report: list[str] = []
     with EmbeddedPostgres(settings=settings) as pg:
-        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-            conn.execute("CREATE DATABASE oltp")
-        dsn = pg.dsn("oltp")
-        log(f"pgbench -i at scale {args.scale}")
-        pgbench(pg, dsn, "-i", "-q", "-s", str(args.scale))
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE PUBLICATION {PUBLICATION} FOR TABLE {', '.join(TABLES)}")
+        dsn = pgbench_database(pg, args.scale)
         target = str(out / "target")
         subprocess.run(["rm", "-rf", target], check=True)
         spark = spark_session("walspark-oltp-profile")
