@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -181,7 +182,7 @@ def main() -> None:
     with EmbeddedPostgres(settings=settings) as pg:
         dsn = pgbench_database(pg, args.scale)
         target = str(out / "target")
-        subprocess.run(["rm", "-rf", target], check=True)
+        shutil.rmtree(target, ignore_errors=True)
         spark = spark_session("walspark-oltp-profile")
         pipe = Pipeline(spark, dsn=dsn, publication=PUBLICATION, slot="oltp_prof", target=target).on_progress(log)
         log("snapshot")
