@@ -198,3 +198,25 @@ def test_both_engines_hash_every_compared_value_alike(spark, pg18_dsn, tmp_path)
             assert sum(n for n, _ in source.values()) == 59_995
             odd, _ = _Source(conn).rows(variant, range(variant.ranges))
             assert odd == lake.rows(variant, frame, range(variant.ranges))
+
+
+def test_a_slot_or_table_verify_cannot_compare_is_refused_in_one_line(pg18_dsn, tmp_path):
+    """Before any table is read (so even a lake that matches does not hide a wrong --slot): a slot
+    that does not exist, and a table the publication does not publish, each in one line naming the fix."""
+    from walspark.pipeline import RunSettings
+    from walspark.pipeline.verify import verify_tables
+    from walspark.source.errors import OptionError, SlotNotFound
+
+    with psycopg.connect(pg18_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        conn.execute("CREATE PUBLICATION p FOR TABLE t")
+        conn.execute("SELECT pg_create_logical_replication_slot('s', 'pgoutput')")
+    target = str(tmp_path / "lake")
+    with pytest.raises(SlotNotFound) as lost:
+        verify_tables(None, RunSettings(pg18_dsn, "p", "nosuch", target), print)  # type: ignore[arg-type]
+    assert str(lost.value) == ("replication slot 'nosuch' does not exist: verify compares the lake of a pipeline's "
+                               "slot; give the --slot of walspark run"), lost.value  # fmt: skip
+    with pytest.raises(OptionError) as unpublished:
+        verify_tables(None, RunSettings(pg18_dsn, "p", "s", target), print, tables=["public.nosuch"])  # type: ignore[arg-type]
+    assert "public.nosuch: not published by p; give a table the publication publishes" in str(unpublished.value)
+    assert "\n" not in str(lost.value) + str(unpublished.value)
