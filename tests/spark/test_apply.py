@@ -90,7 +90,10 @@ def test_column_mapping_is_switched_on_in_place_once(spark, tmp_path):
         spark.sql(f"ALTER TABLE delta.`{path}` RENAME COLUMN b TO c")
     table = DeltaTable(plain)
     protocol = table.protocol()
-    assert (protocol.min_reader_version, set(protocol.reader_features or ())) == (3, {"columnMapping", "deletionVectors"})
+    assert (protocol.min_reader_version, set(protocol.reader_features or ())) == (
+        3,
+        {"columnMapping", "deletionVectors"},
+    )
     assert table.metadata().configuration["walspark.columnMapping"] == "rename of column 'b' to 'c'"
     assert "delta.enableDeletionVectors" not in table.metadata().configuration  # supported, not used
     assert set(table.file_uris()) == files  # no file rewritten
@@ -121,7 +124,10 @@ def assert_equal(spark, source: Source, target: str, table: str, json_cols: tupl
     schema, name = table.split(".")
     got = canon(delta_rows(spark, f"{target}/{schema}/{name}"), json_cols)
     want = canon(source.rows(table), json_cols)
-    assert got == want, [sorted((r.get("id"), r.get("n")) for r in delta_rows(spark, f"{target}/{schema}/{name}")), sorted((r.get("id"), r.get("n")) for r in source.rows(table))]
+    assert got == want, [
+        sorted((r.get("id"), r.get("n")) for r in delta_rows(spark, f"{target}/{schema}/{name}")),
+        sorted((r.get("id"), r.get("n")) for r in source.rows(table)),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,7 +158,12 @@ def _random_txn(src: Source, rnd: random.Random, live: set[int], next_id: list[i
             ))  # fmt: skip
         elif action < 0.8:
             i = rnd.choice(sorted(live))
-            statements.append(("UPDATE items SET qty = qty + %s, name = %s WHERE id = %s", (rnd.randint(1, 5), f"n{rnd.randint(0, 99)}", i)))
+            statements.append(
+                (
+                    "UPDATE items SET qty = qty + %s, name = %s WHERE id = %s",
+                    (rnd.randint(1, 5), f"n{rnd.randint(0, 99)}", i),
+                )
+            )
         elif action < 0.9:
             i = rnd.choice(sorted(live))
             new = next_id[0]
@@ -268,8 +279,13 @@ ODD_DDL = """CREATE TABLE "Odd Name" ("Key" text PRIMARY KEY, "a b" numeric(30,1
 def _odd_txn(src: Source, rnd: random.Random, batch: int) -> None:
     """Inserts, updates, deletes and key changes of a text-keyed table with awkward names and types."""
     keys = [f"k{batch}-{i}" for i in range(8)]
-    src.sql(*[f"""INSERT INTO "Odd Name" VALUES ('{k}', {rnd.randint(-10**9, 10**9)}.0123456789,
-                  '2024-02-29 23:59:59.999999+05:30', ARRAY[{i}, NULL], '\\x00ff', {i})""" for i, k in enumerate(keys)])
+    src.sql(
+        *[
+            f"""INSERT INTO "Odd Name" VALUES ('{k}', {rnd.randint(-(10**9), 10**9)}.0123456789,
+                  '2024-02-29 23:59:59.999999+05:30', ARRAY[{i}, NULL], '\\x00ff', {i})"""
+            for i, k in enumerate(keys)
+        ]
+    )
     src.sql(f"""UPDATE "Odd Name" SET n = n + 10, "a b" = NULL WHERE "Key" = '{keys[0]}'""",
             f"""UPDATE "Odd Name" SET "Key" = '{keys[1]}-moved' WHERE "Key" = '{keys[1]}'""",
             f"""INSERT INTO "Odd Name" VALUES ('{keys[1]}', 1, NULL, NULL, NULL, -1)""",
@@ -288,8 +304,10 @@ def _toast_txn(src: Source, rnd: random.Random, batch: int) -> None:
     """Updates that leave a TOASTed column unchanged: of rows in the target, of rows inserted or
     given a new value earlier in the same batch, and of a key deleted and inserted again."""
     base = 10 * batch
-    src.sql(f"INSERT INTO docs VALUES ({base}, 0, %s), ({base + 1}, 0, %s), ({base + 2}, 0, %s)",
-            params=tuple(_blob(rnd, 3000) for _ in range(3)))
+    src.sql(
+        f"INSERT INTO docs VALUES ({base}, 0, %s), ({base + 1}, 0, %s), ({base + 2}, 0, %s)",
+        params=tuple(_blob(rnd, 3000) for _ in range(3)),
+    )
     src.sql(f"UPDATE docs SET n = n + 1 WHERE id = {base}",  # unchanged: the value is earlier in the batch
             f"UPDATE docs SET body = %s WHERE id = {base + 1}", f"UPDATE docs SET n = 7 WHERE id = {base + 1}",
             params=(_blob(rnd, 3000),))  # fmt: skip
@@ -378,8 +396,9 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
         for step in (round_, 2) if edge and round_ == 1 else (round_,) if edge else ():
             # the driver's own cases, held to the source (Spark's path for them: the tests above)
             if step == 2:  # the multiset MERGE of the step before, before a TRUNCATE empties the table
-                assert canon(delta_rows(spark, str(tmp_path / "driver" / "public" / "bag")), ()) == \
-                    canon(src.rows("public.bag"), ())
+                assert canon(delta_rows(spark, str(tmp_path / "driver" / "public" / "bag")), ()) == canon(
+                    src.rows("public.bag"), ()
+                )
             _edge_txn(src, step)
             monkeypatch.setenv(DRIVER_MERGE_ROWS, "10000")
             for df in src.drain(join_identities=True):
@@ -410,8 +429,11 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
             engines_of_runs = [r.engineInfo.startswith("delta-rs") for r in history.orderBy("version").collect()]
             assert engines_of_runs == [True] * {"keyed_later": 4, "bag": 3}[table], (table, engines_of_runs)
     # Unchanged TOAST values, kept from the batch or from the target, were merged from the driver too.
-    writes = spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'driver' / 'public' / 'docs'}`").where(
-        "userMetadata LIKE '%batch_id%'").collect()
+    writes = (
+        spark.sql(f"DESCRIBE HISTORY delta.`{tmp_path / 'driver' / 'public' / 'docs'}`")
+        .where("userMetadata LIKE '%batch_id%'")
+        .collect()
+    )
     assert len(writes) == rounds and all(w.engineInfo.startswith("delta-rs") is not deletion_vectors for w in writes)
     # A replay after a crash that lost the progress rows: the delta-rs commit's transaction skips it.
     import shutil
@@ -432,13 +454,22 @@ def test_small_batches_merged_from_the_driver_equal_spark_merges(source_factory,
 #: TRUNCATE among other changes and one alone.
 CDF_BATCHES = [
     [["INSERT INTO t SELECT g, 'a' || g FROM generate_series(1, 8) g"]],
-    [["UPDATE t SET v = 'b' WHERE id = 1", "UPDATE t SET v = 'c' WHERE id = 2"], ["UPDATE t SET v = 'd' WHERE id = 2"],
-     ["UPDATE t SET id = 20 WHERE id = 3"], ["UPDATE t SET id = 21 WHERE id = 20"],
-     ["INSERT INTO t VALUES (30, 'x')"], ["DELETE FROM t WHERE id = 30", "DELETE FROM t WHERE id = 4"],
-     ["INSERT INTO t VALUES (9, 'n')"]],
+    [
+        ["UPDATE t SET v = 'b' WHERE id = 1", "UPDATE t SET v = 'c' WHERE id = 2"],
+        ["UPDATE t SET v = 'd' WHERE id = 2"],
+        ["UPDATE t SET id = 20 WHERE id = 3"],
+        ["UPDATE t SET id = 21 WHERE id = 20"],
+        ["INSERT INTO t VALUES (30, 'x')"],
+        ["DELETE FROM t WHERE id = 30", "DELETE FROM t WHERE id = 4"],
+        ["INSERT INTO t VALUES (9, 'n')"],
+    ],
     [["INSERT INTO t VALUES (10, 'i'), (11, 'j')"]],
-    [["UPDATE t SET v = 'e' WHERE id = 5"], ["TRUNCATE t"], ["INSERT INTO t VALUES (1, 'after'), (40, 'new')"],
-     ["UPDATE t SET v = 'again' WHERE id = 40"]],
+    [
+        ["UPDATE t SET v = 'e' WHERE id = 5"],
+        ["TRUNCATE t"],
+        ["INSERT INTO t VALUES (1, 'after'), (40, 'new')"],
+        ["UPDATE t SET v = 'again' WHERE id = 40"],
+    ],
     [["TRUNCATE t"]],
 ]
 
@@ -547,6 +578,46 @@ def test_a_dropped_column_leaves_the_batches_on_the_driver(source_factory, spark
     assert engines[-2:] == [True, True], engines
 
 
+def test_each_table_of_a_large_batch_takes_its_engine_by_its_net_rows(source_factory, spark, tmp_path, monkeypatch):
+    """Over the driver's row limit (here 50), a batch is not merged from the driver as a whole,
+    but table by table: one of many changes to few keys (pgbench's tellers: 200 updates of 5
+    rows) is merged by delta-rs whether the driver read the batch (its Arrow given) or not (the
+    table's rows then collected alone), as is a table of few changes; a table whose changes name
+    more keys than the limit goes to Spark's MERGE. Every table equals the source either way."""
+    from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS, net_rows
+
+    src = source_factory("CREATE TABLE few (id int PRIMARY KEY, v int); CREATE TABLE small (id int PRIMARY KEY, v int);"
+                         "CREATE TABLE many (id int PRIMARY KEY, v int)")  # fmt: skip
+    src.sql("INSERT INTO few SELECT g, 0 FROM generate_series(1, 5) g",
+            "INSERT INTO small SELECT g, 0 FROM generate_series(1, 5) g",
+            "INSERT INTO many SELECT g, 0 FROM generate_series(1, 80) g")  # fmt: skip
+    import functools
+
+    one = lambda parts: functools.reduce(lambda a, b: a.unionByName(b), parts)  # noqa: E731 - same shape: one batch
+    first = one(src.drain())
+    for i in range(40):  # 200 updates of few's 5 rows, a key changed and changed back among them
+        src.sql(f"UPDATE few SET v = v + {i}", *(["UPDATE few SET id = 50 WHERE id = 5"] if i == 10 else []),
+                *(["UPDATE few SET id = 5 WHERE id = 50"] if i == 11 else []))  # fmt: skip
+    src.sql("UPDATE small SET v = 1 WHERE id <= 3", "DELETE FROM small WHERE id = 4", "UPDATE many SET v = v + 1")
+    second = one(src.drain())
+    assert second.count() > 250
+    monkeypatch.setenv(DRIVER_MERGE_ROWS, "50")
+    for way in ("arrow", "spark-read"):
+        sink = ApplyChanges(str(tmp_path / way)).app_id("q")
+        for batch_id, df in enumerate((first, second)):
+            sink.foreach_batch(df, batch_id, df.toArrow() if way == "arrow" else None)
+            sink.flush()
+        for table, by_rs in (("few", True), ("small", True), ("many", False)):
+            path = str(tmp_path / way / "public" / table)
+            assert canon(delta_rows(spark, path), ()) == canon(src.rows(f"public.{table}"), ()), (way, table)
+            (newest,) = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()
+            assert newest.engineInfo.startswith("delta-rs") is by_rs, (way, table, newest.engineInfo)
+    from walspark.spark.lake.frames import arrow_table_changes
+
+    few = arrow_table_changes(second.toArrow(), "public", "few")
+    assert few.num_rows > 200 and net_rows(few, ("id",)) == 6  # keys 1-5 and the 50 the row passed through
+
+
 def test_replayed_batch_changes_nothing(source_factory, spark, tmp_path):
     src = source_factory("CREATE TABLE t (id int PRIMARY KEY, v int)")
     target = str(tmp_path / "lake")
@@ -611,7 +682,9 @@ def test_identifiers_of_any_form_keep_their_names(source_factory, spark, tmp_pat
     table = '"Sales Dept"."Odd ""Table"" é"'
     src.sql(f"INSERT INTO {table} VALUES (1, 'x', 1, 'ü', 1, 'A'), (2, 'y', 2, 'ö', 2, 'B'), (3, 'z', 3, 'ä', 3, 'C')")
     src.apply(target)
-    src.sql(f'UPDATE {table} SET "a b" = \'changed\', "dot.ted" = 9 WHERE "ID" = 1', f'DELETE FROM {table} WHERE "ID" = 2')
+    src.sql(
+        f'UPDATE {table} SET "a b" = \'changed\', "dot.ted" = 9 WHERE "ID" = 1', f'DELETE FROM {table} WHERE "ID" = 2'
+    )
     src.sql(f'UPDATE {table} SET "ID" = 4 WHERE "ID" = 3')
     src.apply(target)
     path = f'{target}/Sales Dept/Odd "Table" é'
@@ -628,7 +701,9 @@ def test_tables_without_a_key(source_factory, spark, tmp_path, deletion_vectors,
     target = str(tmp_path / "lake")
     src.sql("INSERT INTO full_t VALUES (1, 'a'), (2, 'b'), (2, 'b'), (3, NULL)", "INSERT INTO log_t VALUES (1, 'a')")
     src.apply(target)
-    src.sql("UPDATE full_t SET b = 'c' WHERE a = 1", "DELETE FROM full_t WHERE a = 3", "INSERT INTO log_t VALUES (2, 'b')")
+    src.sql(
+        "UPDATE full_t SET b = 'c' WHERE a = 1", "DELETE FROM full_t WHERE a = 3", "INSERT INTO log_t VALUES (2, 'b')"
+    )
     src.sql("UPDATE full_t SET a = 10 WHERE a = 1")
     src.apply(target)
     assert_equal(spark, src, target, "public.full_t")
@@ -649,7 +724,9 @@ def test_schema_evolution_add_drop_widen_and_incompatible(source_factory, spark,
     path = f"{target}/public/t"
     src.sql("INSERT INTO t VALUES (1, 1, 'one'), (2, 2, 'two'), (3, 3, 'three')")
     src.apply(target)
-    src.sql("ALTER TABLE t ADD COLUMN c text", "ALTER TABLE t DROP COLUMN b", "ALTER TABLE t ALTER COLUMN a TYPE bigint")
+    src.sql(
+        "ALTER TABLE t ADD COLUMN c text", "ALTER TABLE t DROP COLUMN b", "ALTER TABLE t ALTER COLUMN a TYPE bigint"
+    )
     src.sql("INSERT INTO t VALUES (4, 5000000000, 'four')", "UPDATE t SET c = 'cc' WHERE id = 1")
     src.apply(target)
     schema = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
@@ -678,7 +755,9 @@ def test_a_new_column_of_a_plain_table_is_added_from_the_driver(source_factory, 
     path = f"{target}/public/t"
     src.sql("INSERT INTO t VALUES (1, 1), (2, 2)")
     src.apply(target)
-    src.sql("ALTER TABLE t ADD COLUMN c numeric(6,2), ADD COLUMN d text[]", "UPDATE t SET c = 1.5, d = '{x,y}' WHERE id = 1")
+    src.sql(
+        "ALTER TABLE t ADD COLUMN c numeric(6,2), ADD COLUMN d text[]", "UPDATE t SET c = 1.5, d = '{x,y}' WHERE id = 1"
+    )
     src.apply(target)
     src.sql("ALTER TABLE t ADD COLUMN ts timestamp", "UPDATE t SET ts = '2026-01-02 03:04:05.678901' WHERE id = 2")
     src.apply(target)
@@ -700,7 +779,9 @@ def test_insert_only_batches_append_into_evolved_tables(source_factory, spark, t
     src.apply(target)
     src.sql("ALTER TABLE t ALTER COLUMN a TYPE int", "UPDATE t SET a = 70000 WHERE id = 1")
     src.apply(target)  # widens the target's a to int
-    src.sql("UPDATE t SET a = 1 WHERE id = 1", "ALTER TABLE t ALTER COLUMN a TYPE smallint", "ALTER TABLE t DROP COLUMN b")
+    src.sql(
+        "UPDATE t SET a = 1 WHERE id = 1", "ALTER TABLE t ALTER COLUMN a TYPE smallint", "ALTER TABLE t DROP COLUMN b"
+    )
     src.apply(target)
     src.sql("INSERT INTO t VALUES (2, 2), (3, 3)", "INSERT INTO t VALUES (4, -4)")
     src.apply(target)
@@ -716,10 +797,17 @@ def test_insert_only_batches_append_into_evolved_tables(source_factory, spark, t
 @pytest.mark.parametrize(
     ("source", "target", "expected"),
     [
-        ("int", "int", None), ("bigint", "int", "bigint"), ("int", "bigint", None), ("double", "float", "double"),
-        ("decimal(12,2)", "decimal(10,2)", "decimal(12,2)"), ("decimal(10,4)", "decimal(10,2)", "decimal(12,4)"),
-        ("decimal(38,0)", "decimal(38,10)", False), ("int", "double", None), ("string", "int", False),
-        ("int", "string", False), ("date", "timestamp", False),
+        ("int", "int", None),
+        ("bigint", "int", "bigint"),
+        ("int", "bigint", None),
+        ("double", "float", "double"),
+        ("decimal(12,2)", "decimal(10,2)", "decimal(12,2)"),
+        ("decimal(10,4)", "decimal(10,2)", "decimal(12,4)"),
+        ("decimal(38,0)", "decimal(38,10)", False),
+        ("int", "double", None),
+        ("string", "int", False),
+        ("int", "string", False),
+        ("date", "timestamp", False),
     ],
 )
 def test_widening_rules(spark, source, target, expected):  # the parser needs a session
@@ -775,11 +863,15 @@ def test_scd2_history_of_one_key(source_factory, spark, tmp_path, deletion_vecto
     # Each boundary is a commit LSN, in the order of the transactions (bounded by WAL positions).
     boundaries = [starts[0], starts[1], starts[2], starts[3], ends[3], starts[4], starts[5]]
     assert boundaries == sorted(boundaries) and len(set(boundaries)) == 7
-    assert all(b <= int(str(lsn).split("/")[0], 16) << 32 | int(str(lsn).split("/")[1], 16) for b, lsn in zip(boundaries, lsns))
+    assert all(
+        b <= int(str(lsn).split("/")[0], 16) << 32 | int(str(lsn).split("/")[1], 16) for b, lsn in zip(boundaries, lsns)
+    )
     times = [r[START_AT]["commit_time"] for r in history]
     assert times == sorted(times)
     # The other key: one current version; a truncate closes it, a later insert opens anew.
-    assert [(r["v"], r[END_AT]) for r in spark.read.format("delta").load(path).where("id = 2").collect()] == [("other", None)]
+    assert [(r["v"], r[END_AT]) for r in spark.read.format("delta").load(path).where("id = 2").collect()] == [
+        ("other", None)
+    ]
     txn("UPDATE h SET v = 'w' WHERE id = 2")
     txn("TRUNCATE h")
     txn("INSERT INTO h VALUES (2, 'after', NULL)")

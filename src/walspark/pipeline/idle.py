@@ -82,13 +82,15 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
     }
     with connect_sql(settings.dsn) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, coalesce(confirmed_flush_lsn, restart_lsn)"
-                           " - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
-                           (settings.slot,)).fetchone()  # fmt: skip
+                           " - '0/0'::pg_lsn, confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots"
+                           " WHERE slot_name = %s", (settings.slot,)).fetchone()  # fmt: skip
         if row is None or (fresh and row[1] is None):
             return None
         now = int(row[0])
         if end is None:  # fresh: where a query's initialOffset would start (stream_reader.PgoutputStreamReader)
             end = int(row[1])
+        elif row[2] is not None and int(row[2]) < end:
+            _confirm_committed(conn, settings.slot, end)
         rows = transactions = changes = 0
         inside = new = False
         for _, data in slot_changes(conn, settings.slot, options, upto_lsn=now, upto_nchanges=PEEK_ROWS):
@@ -108,6 +110,21 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
         if rows >= PEEK_ROWS or inside:
             return None
     return Pending(now, transactions, changes, end if fresh else None)
+
+
+def _confirm_committed(conn: Any, slot: str, end: int) -> None:
+    """Confirm the slot up to the checkpoint's last committed batch, ``end``, before peeking.
+
+    Spark calls a source's ``commit(end)`` for a batch only when it plans the next, which an
+    ``AvailableNow`` query never does after its last: a ``--once`` run that drained a backlog
+    through its query leaves the slot confirmed up to the batch before. Spark's commit log is the
+    durable record that every table holds that batch (what the stager's ``commit(end)`` confirms),
+    and nothing is staged past it (checked before): without this the peek would read the whole
+    last batch again, give up at :data:`PEEK_ROWS`, and start a query with nothing to apply."""
+    from walspark.protocol import format_lsn
+
+    conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(end)))
+    log.info("slot %s confirmed up to the last committed batch (%s)", slot, format_lsn(end))
 
 
 def confirm_idle(settings: RunSettings, lsn: int) -> None:

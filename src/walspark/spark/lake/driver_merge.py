@@ -29,9 +29,12 @@ __all__ = [
     "apply",
     "collect_small",
     "fold",
+    "may_write",
     "multiset_counts",
+    "net_rows",
     "plain",
     "set_properties",
+    "small",
     "takes",
     "writable",
 ]
@@ -91,13 +94,61 @@ def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
     return simple and bool(facts.keys) and not facts.moved_unchanged
 
 
-def takes(facts: BatchFacts) -> bool:
-    """Whether a table's batch, when the driver has its rows, is applied from there (if
-    :func:`plain` too): a small one (:func:`row_limit`), or one of only inserts, whatever its
-    size, which delta-rs appends as fast as Spark's writer without a job (a large MERGE is
-    Spark's, which reads the target's files in parallel and prunes them by their statistics)."""
+def takes(facts: BatchFacts, rows: pa.Table | None = None) -> bool:
+    """Whether a table's batch, when the driver has its ``rows``, is applied from there (if
+    :func:`plain` too): a small one (:func:`row_limit`), one of only inserts, whatever its size,
+    which delta-rs appends as fast as Spark's writer without a job, or one of many changes to few
+    keys (:func:`net_rows`: pgbench's tellers, 47,500 updates of 100 rows). A MERGE of many rows
+    is Spark's, which reads the target's files in parallel and prunes them by their statistics."""
     limit = row_limit()
-    return bool(limit) and (facts.rows <= limit or _appends(facts))
+    if not limit:
+        return False
+    if facts.rows <= limit or _appends(facts):
+        return True
+    return rows is not None and bool(facts.keys) and net_rows(rows, facts.keys) <= limit
+
+
+#: A table's changes read onto the driver on their own, when its batch as a whole is not, are at
+#: most this many times the row limit: enough for a table whose many changes name few keys.
+_COLLECT_FACTOR = 10
+
+
+def small(facts: BatchFacts) -> bool:
+    """Whether a table's changes are few enough to be read onto the driver on their own when the
+    batch as a whole is not (:func:`collect_small` gave up), for :func:`takes` to choose with
+    them: one Spark job over rows already cached, where a Spark MERGE is some twenty."""
+    limit = row_limit()
+    return bool(limit) and facts.rows <= _COLLECT_FACTOR * limit
+
+
+def net_rows(rows: pa.Table, keys: Sequence[str]) -> int:
+    """How many rows the SCD1 fold of ``rows`` (:func:`fold`) has at most: the distinct keys the
+    batch's changes name (an insert's or update's new key, any change's old key). Counted by
+    Arrow's group-by, without the fold's pass in Python; a key type it cannot group counts as
+    every change (the batch is then Spark's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        new = rows.filter(pc.is_in(rows.column("_op"), pa.array(["I", "U"]))).select(list(keys))
+        old_struct = rows.column("_old").combine_chunks()
+        old = pa.table([pc.struct_field(old_struct, k) for k in keys], names=list(keys))
+        old = old.filter(pc.is_valid(old_struct)).cast(new.schema)
+        return pa.concat_tables([new, old]).group_by(list(keys)).aggregate([]).num_rows
+    except (KeyError, pa.ArrowException, ValueError):
+        return rows.num_rows
+
+
+def may_write(path: str) -> bool:
+    """Whether a table's batches may be merged from the driver at all: a local table not refused
+    before (a feature delta-rs does not write as Spark does), with delta-rs installed."""
+    if local_path(path) is None or path in _refused:
+        return False
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _multiset(facts: BatchFacts, names: Sequence[str]) -> bool:

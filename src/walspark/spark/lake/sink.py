@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 from walspark.spark.lake.apply import ApplyResult, apply_table
 from walspark.spark.lake.columns import Mode
-from walspark.spark.lake.driver_merge import collect_small, row_limit, takes
+from walspark.spark.lake.driver_merge import collect_small, may_write, row_limit, small, takes
 from walspark.spark.lake.evolution import (
     SchemaEvolutionError,
     TargetTable,
@@ -289,11 +289,18 @@ class ApplyChanges:
                     ), None
                 part, table_facts = routed
             # the Arrow rows stand for the part only if the table sync kept all of them, and are
-            # applied from the driver only where that is cheap: a large MERGE is Spark's
-            from_arrow = arrow is not None and part is given and takes(table_facts)
-            rows = arrow_table_changes(arrow, schema, name) if from_arrow else None
+            # applied from the driver only where that is cheap: a MERGE of many rows is Spark's
+            rows = None
+            mode = self.options_for(schema, name).mode
+            if part is given and mode == "scd1":
+                if arrow is not None:
+                    rows = arrow_table_changes(arrow, schema, name)
+                elif small(table_facts) and may_write(self.layout.table(schema, name)):
+                    rows = part.frame().toArrow()  # a large batch's small table: one job, not a MERGE's ~20
+                if rows is not None and not takes(table_facts, rows):
+                    rows = None
             result, record = apply_table(session, part, batch_id, table_facts, layout=self.layout,
-                                         mode=self.options_for(schema, name).mode, app_id=self._app_id,
+                                         mode=mode, app_id=self._app_id,
                                          known=self._known, arrow=rows)  # fmt: skip
             return replace(result, ops=table_facts.ops), record  # by operation, for the pipeline's counts
 
