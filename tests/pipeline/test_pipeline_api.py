@@ -161,6 +161,10 @@ def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(s
         assert not _last_apply_by_delta_rs(spark, orders), "a big MERGE is Spark's"
         assert _last_apply_by_delta_rs(spark, customers)
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
+        for i in range(120):  # a backlog staged in many segments: one batch, not the first segment's alone
+            conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
+        run = pipeline.option("segmentMaxRows", 20).run_once()
+        assert run.query_starts == 1 and run.rows == 120 and run.batches == 1, run
         # The query's last batch is committed, but Spark never called its source's commit(end):
         # the slot stands one batch behind. The next run confirms it there before it peeks, so
         # it need not read that batch again (more rows than the peek reads here) nor start a query.

@@ -315,6 +315,8 @@ class Stager(TwoPhaseStaging):
                 if self._barrier is not None:
                     raise self._barrier
                 left = deadline - time.monotonic()
+                if left <= 0 and start is not None and self._entry_ends and self._entry_ends[-1] > start:
+                    return  # slow to stage: what there is makes a batch meanwhile
                 if left <= 0:
                     raise StagingError(
                         f"the batch up to {format_lsn(end)} is not staged (staged up to "
@@ -358,26 +360,47 @@ class Stager(TwoPhaseStaging):
         with self._cond:
             self._target = target
 
-    def wait_caught_up(self, target: int, timeout: float, *, start: int | None = None) -> None:
+    def wait_caught_up(self, target: int, timeout: float, *, start: int | None = None,
+                       max_rows: int | None = None, max_bytes: int | None = None) -> None:  # fmt: skip
         """Block until everything committed at or before ``target`` is staged (or staging stopped).
 
-        With ``start``, return as soon as a transaction ending after ``start`` is staged: there
-        is a batch to run meanwhile (and staging may be paused until Spark consumes it).
+        With ``start``, return sooner once the transactions staged after ``start`` fill a batch of
+        ``max_rows`` changes or ``max_bytes`` (a larger one could not be planned), or staging has
+        paused at its byte budget until Spark consumes a batch. A backlog is then one batch where
+        it fits one: a MERGE's cost is mostly fixed, and a first batch of what happened to be
+        staged when the query asked would pay it twice.
         """
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._caught_up_to < target and self._barrier is None:
-                if start is not None and self._entry_ends and self._entry_ends[-1] > start:
+                if start is not None and self._batch_ready(start, max_rows, max_bytes):
                     return
                 if self._failure is not None:
                     raise self._failure
                 left = deadline - time.monotonic()
+                if left <= 0 and start is not None and self._entry_ends and self._entry_ends[-1] > start:
+                    return  # slow to stage: what there is makes a batch meanwhile
                 if left <= 0:
                     raise StagingError(
                         f"Trigger.AvailableNow: the slot did not reach {format_lsn(target)} within "
                         f"{timeout:g}s (reached {format_lsn(self._caught_up_to)})"
                     )
                 self._cond.wait(min(left, 1.0))
+
+    def _batch_ready(self, start: int, max_rows: int | None, max_bytes: int | None) -> bool:
+        """Under the lock: whether a batch after ``start`` is as large now as it can be."""
+        if not self._entry_ends or self._entry_ends[-1] <= start:
+            return False
+        if self._staged_bytes > self.staging_max_bytes:
+            return True  # paused (or about to): only Spark's consuming a batch moves it on
+        if max_rows is None and max_bytes is None:
+            return False
+        rows = size = 0
+        for entry in self._entries[bisect.bisect_right(self._entry_ends, start) :]:
+            rows, size = rows + entry.changes, size + entry.bytes
+            if (max_rows is not None and rows > max_rows) or (max_bytes is not None and size > max_bytes):
+                return True
+        return False
 
     def commit(self, end: int) -> None:
         """Spark committed everything up to ``end``: confirm the slot, delete segments wholly at or below it."""

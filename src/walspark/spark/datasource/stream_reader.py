@@ -150,14 +150,15 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_offset(start)
         stager.expect_start(begin)
         stager.check()
-        if self._target is not None:
-            stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds, start=begin)
         max_rows = max_bytes = None
         if isinstance(limit, ReadMaxRows):
             max_rows = limit.max_rows
             max_bytes = self.options.max_bytes_per_batch
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
+        if self._target is not None:  # a backlog in as few batches as its limits allow
+            stager.wait_caught_up(self._target, self.options.available_now_timeout_seconds, start=begin,
+                                  max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
         end = plan_end(stager.entries_after(begin), begin, max_rows=max_rows, max_bytes=max_bytes, target=self._target)
         stager.offered(end)
         if end == begin:
