@@ -67,6 +67,13 @@ class TableRows:
         return TableRows(self.fields if fields is None else fields, lambda: step(self.frame()))
 
 
+def from_arrow(spark: SparkSession, rows: TableRows, arrow: pa.Table) -> TableRows:
+    """``rows`` (one table's, in the per-table layout) with their DataFrame made from ``arrow``,
+    the same rows already on the driver (:func:`arrow_table_changes`), in ``rows``' Spark schema."""
+    schema = rows.frame().schema
+    return TableRows(rows.fields, lambda: spark.createDataFrame(arrow, schema=schema))
+
+
 def table_rows(df: DataFrame, schema: str, table: str, *, alone: bool = False) -> TableRows:
     """:func:`table_changes` as :class:`TableRows`: the columns read from ``df``'s schema, the
     DataFrame built on demand (``alone``: ``df`` holds this table's rows only)."""

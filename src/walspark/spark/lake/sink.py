@@ -32,7 +32,7 @@ from walspark.spark.lake.evolution import (
     follow_catalog,
 )
 from walspark.spark.lake.facts import BatchFacts, arrow_tables_facts, tables_facts
-from walspark.spark.lake.frames import TableRows, arrow_table_changes, table_rows
+from walspark.spark.lake.frames import TableRows, arrow_table_changes, from_arrow, table_rows
 from walspark.storage.layout import TargetLayout
 
 log = logging.getLogger(__name__)
@@ -273,6 +273,7 @@ class ApplyChanges:
         # job, and its plain MERGEs and appends are made from the driver (see .driver_merge); a
         # large batch the driver does not have is read and applied in Spark.
         arrow = given if given is not None else collect_small(batch_df, self.target)
+        read_on_driver = given is not None
         facts = tables_facts(batch_df, keys) if arrow is None else arrow_tables_facts(arrow, keys)
         tables = sorted(facts)
 
@@ -299,6 +300,10 @@ class ApplyChanges:
                     rows = part.frame().toArrow()  # a large batch's small table: one job, not a MERGE's ~20
                 if rows is not None and not takes(table_facts, rows):
                     rows = None
+            if rows is None and part is given and read_on_driver:
+                # Spark merges this table: from the rows the driver decoded, not from the query's
+                # DataFrame, which Spark's tasks would decode again from the staged segments
+                part = from_arrow(session, part, arrow_table_changes(arrow, schema, name))
             result, record = apply_table(session, part, batch_id, table_facts, layout=self.layout,
                                          mode=mode, app_id=self._app_id,
                                          known=self._known, arrow=rows)  # fmt: skip
