@@ -315,8 +315,6 @@ class Stager(TwoPhaseStaging):
                 if self._barrier is not None:
                     raise self._barrier
                 left = deadline - time.monotonic()
-                if left <= 0 and start is not None and self._entry_ends and self._entry_ends[-1] > start:
-                    return  # slow to stage: what there is makes a batch meanwhile
                 if left <= 0:
                     raise StagingError(
                         f"the batch up to {format_lsn(end)} is not staged (staged up to "
