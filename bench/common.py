@@ -6,10 +6,12 @@ bare) starts with nothing more than what it measures.
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 __all__ = ["PGOUTPUT_OPTIONS", "CpuMeter", "cpu_line", "fill_big_table", "log", "pct", "postmaster_pid", "recvlogical"]
@@ -26,7 +28,9 @@ def log(text: str) -> None:
 def fill_big_table(conn: Any, rows: int, name: str = "big") -> None:
     """The snapshot benchmarks' table (``big``): a bigint key, an int, a short text, a timestamptz, a
     numeric; ``rows`` rows, vacuumed and analyzed."""
-    conn.execute(f"CREATE TABLE {name} (id bigint PRIMARY KEY, qty int, label text, at timestamptz, amount numeric(12, 2))")
+    conn.execute(
+        f"CREATE TABLE {name} (id bigint PRIMARY KEY, qty int, label text, at timestamptz, amount numeric(12, 2))"
+    )
     conn.execute(f"INSERT INTO {name} SELECT g, g %% 1000, 'item-' || g, TIMESTAMPTZ '2024-01-01' + g * INTERVAL '1s',"
                  " (g %% 100000) / 100.0 FROM generate_series(1, %s::bigint) g", (rows,))  # fmt: skip
     conn.execute(f"VACUUM ANALYZE {name}")
@@ -198,3 +202,40 @@ def _rss(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def log_versions(path: str) -> list[int]:
+    """The commit versions in a Delta table's ``_delta_log`` (a local path)."""
+    return sorted(int(p.stem) for p in Path(path, "_delta_log").glob("*.json") if p.stem.isdigit())
+
+
+def stored_files(path: str) -> dict[str, int]:
+    """Size of every file of the table outside ``_delta_log`` (data and deletion-vector files)."""
+    root = Path(path)
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith(".")}  # fmt: skip
+
+
+def commit_files(path: str, versions: list[int]) -> tuple[int, int, int, list[dict]]:
+    """New data files, files rewritten, files given a deletion vector, and the ``commitInfo`` of
+    each of the table's commits ``versions``.
+
+    A file that gets a deletion vector is removed and added back (same path, now with the
+    vector) in the same commit: that is not a file written, so adds and removes are matched
+    by path.
+    """
+    adds: dict[str, bool] = {}  # path -> carries a deletion vector
+    removes: set[str] = set()
+    infos = []
+    for v in versions:
+        for line in Path(path, "_delta_log", f"{v:020d}.json").read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds[action["add"]["path"]] = action["add"].get("deletionVector") is not None
+            elif "remove" in action:
+                removes.add(action["remove"]["path"])
+            elif "commitInfo" in action:
+                infos.append(action["commitInfo"])
+    new = sum(1 for p in adds if p not in removes)
+    given_dv = sum(1 for p, dv in adds.items() if p in removes and dv)
+    return new, len(removes - adds.keys()), given_dv, infos

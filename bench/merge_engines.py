@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import log  # bench/common.py, beside this script
+from common import commit_files, log, log_versions, stored_files  # bench/common.py, beside this script
 
 from walspark.spark.lake.tables import properties_clause, quote, table_properties
 
@@ -161,34 +161,11 @@ def spark_template(spark: SparkSession, source: str, path: str, files: int, dv: 
     )
 
 
-def log_versions(path: str) -> list[int]:
-    return sorted(int(p.stem) for p in Path(path, "_delta_log").glob("*.json") if p.stem.isdigit())
-
-
-def stored_files(path: str) -> dict[str, int]:
-    """Size of every file of the table outside ``_delta_log`` (checksums left out)."""
-    root = Path(path)
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
-            if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith(".")}  # fmt: skip
-
-
 def commit_of(path: str, version: int) -> tuple[int, int, int, dict]:
     """New data files, files rewritten, files given a deletion vector, and the operation metrics
-    of the commit ``version``. A file given a vector is removed and added back under its path."""
-    adds: dict[str, bool] = {}
-    removes: set[str] = set()
-    metrics: dict = {}
-    for line in Path(path, "_delta_log", f"{version:020d}.json").read_text().splitlines():
-        action = json.loads(line)
-        if "add" in action:
-            adds[action["add"]["path"]] = action["add"].get("deletionVector") is not None
-        elif "remove" in action:
-            removes.add(action["remove"]["path"])
-        elif "commitInfo" in action:
-            metrics = action["commitInfo"].get("operationMetrics") or {}
-    new = sum(1 for p in adds if p not in removes)
-    given_dv = sum(1 for p, dv in adds.items() if p in removes and dv)
-    return new, len(removes - adds.keys()), given_dv, metrics
+    of the commit ``version`` (see :func:`common.commit_files`)."""
+    new, rewritten, given_dv, infos = commit_files(path, [version])
+    return new, rewritten, given_dv, (infos[-1].get("operationMetrics") or {}) if infos else {}
 
 
 def live_files(path: str) -> int:

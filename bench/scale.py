@@ -31,7 +31,6 @@ Progress on stderr, the table on stdout.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import random
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common import log  # bench/common.py, beside this script
+from common import commit_files, log, log_versions, stored_files  # bench/common.py, beside this script
 
 from walspark.spark.lake.tables import TABLE_PROPERTIES, quote
 from walspark.spark.snapshot.initial import DEFAULT_PARTITION_ROWS
@@ -108,44 +107,11 @@ def update_batch(spark: SparkSession, keys: list[int]) -> DataFrame:
     )  # fmt: skip
 
 
-def log_versions(path: str) -> list[int]:
-    """The commit versions in the table's ``_delta_log`` (a local path)."""
-    return sorted(int(p.stem) for p in Path(path, "_delta_log").glob("*.json") if p.stem.isdigit())
-
-
-def stored_files(path: str) -> dict[str, int]:
-    """Size of every file of the table outside ``_delta_log`` (data and deletion-vector files).
-
-    Hidden files (the local file system's ``.crc`` checksums) are left out.
-    """
-    root = Path(path)
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
-            if p.is_file() and "_delta_log" not in p.parts and not p.name.startswith(".")}  # fmt: skip
-
-
 def commits_since(path: str, version: int) -> tuple[int, int, int, tuple[str, ...]]:
     """New data files, files rewritten, files given a deletion vector, and the operations of
-    the commits after ``version``.
-
-    A file that gets a deletion vector is removed and added back (same path, now with the
-    vector) in the same commit: that is not a file written, so adds and removes are matched
-    by path.
-    """
-    adds: dict[str, bool] = {}  # path -> carries a deletion vector
-    removes: set[str] = set()
-    operations = []
-    for v in (v for v in log_versions(path) if v > version):
-        for line in Path(path, "_delta_log", f"{v:020d}.json").read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                adds[action["add"]["path"]] = action["add"].get("deletionVector") is not None
-            elif "remove" in action:
-                removes.add(action["remove"]["path"])
-            elif "commitInfo" in action:
-                operations.append(action["commitInfo"]["operation"])
-    new = sum(1 for p in adds if p not in removes)
-    given_dv = sum(1 for p, dv in adds.items() if p in removes and dv)
-    return new, len(removes - adds.keys()), given_dv, tuple(operations)
+    the commits after ``version`` (see :func:`common.commit_files`)."""
+    new, rewritten, given_dv, infos = commit_files(path, [v for v in log_versions(path) if v > version])
+    return new, rewritten, given_dv, tuple(info["operation"] for info in infos)
 
 
 def run_one(spark: SparkSession, workdir: Path, kind: str, rows: int, updates: int, file_rows: int,
@@ -170,8 +136,10 @@ def run_one(spark: SparkSession, workdir: Path, kind: str, rows: int, updates: i
     if counts["total"] != rows or counts["updated"] != updates:
         raise SystemExit(f"{kind}, {rows:,} rows: wrong result after the apply: {counts['total']:,} rows "
                          f"(expected {rows:,}), {counts['updated']:,} updated (expected {updates:,})")  # fmt: skip
-    log(f"{kind}, {rows:,} rows: {seconds:.2f}s, {written:,} bytes written, {added} new files, "
-        f"{rewritten} rewritten, {given_dv} given a deletion vector; commits: {', '.join(ops)}")
+    log(
+        f"{kind}, {rows:,} rows: {seconds:.2f}s, {written:,} bytes written, {added} new files, "
+        f"{rewritten} rewritten, {given_dv} given a deletion vector; commits: {', '.join(ops)}"
+    )
     return Result(kind, rows, seconds, written, added, rewritten, given_dv, detail["sizeInBytes"], detail["numFiles"])
 
 
@@ -182,12 +150,16 @@ def ratio(a: float, b: float) -> str:
 def report(results: list[Result], updates: int, file_rows: int) -> None:
     print(f"\none batch of {updates:,} random-key updates (apply_changes, MERGE); files of {file_rows:,} rows; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}\n")  # fmt: skip
-    print("| table | rows | table size (MB, files) | apply (s) | bytes written | new files | files rewritten "
-          "| files given a DV |")
+    print(
+        "| table | rows | table size (MB, files) | apply (s) | bytes written | new files | files rewritten "
+        "| files given a DV |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r.kind} | {r.rows:,} | {r.table_bytes / 1e6:.1f} ({r.table_files}) | {r.seconds:.2f} | "
-              f"{r.bytes_written:,} | {r.files_added} | {r.files_rewritten} | {r.files_given_dv} |")
+        print(
+            f"| {r.kind} | {r.rows:,} | {r.table_bytes / 1e6:.1f} ({r.table_files}) | {r.seconds:.2f} | "
+            f"{r.bytes_written:,} | {r.files_added} | {r.files_rewritten} | {r.files_given_dv} |"
+        )
     by = {(r.kind, r.rows): r for r in results}
     sizes = sorted({r.rows for r in results})
     small, large = sizes[0], sizes[-1]
@@ -195,12 +167,16 @@ def report(results: list[Result], updates: int, file_rows: int) -> None:
     if large != small:
         for kind in KINDS:
             a, b = by[kind, large], by[kind, small]
-            print(f"{kind}: {large:,} rows / {small:,} rows: time {ratio(a.seconds, b.seconds)}x "
-                  f"(goal <= 1.5), bytes written {ratio(a.bytes_written, b.bytes_written)}x (goal 1.0)")
+            print(
+                f"{kind}: {large:,} rows / {small:,} rows: time {ratio(a.seconds, b.seconds)}x "
+                f"(goal <= 1.5), bytes written {ratio(a.bytes_written, b.bytes_written)}x (goal 1.0)"
+            )
     for n in sizes:
         dv, cow = by["deletion vectors", n], by["copy-on-write", n]
-        print(f"{n:,} rows: deletion vectors / copy-on-write: time {ratio(dv.seconds, cow.seconds)}x, "
-              f"bytes written {ratio(dv.bytes_written, cow.bytes_written)}x")
+        print(
+            f"{n:,} rows: deletion vectors / copy-on-write: time {ratio(dv.seconds, cow.seconds)}x, "
+            f"bytes written {ratio(dv.bytes_written, cow.bytes_written)}x"
+        )
 
 
 def main() -> None:
