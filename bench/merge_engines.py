@@ -4,7 +4,7 @@ Run with ``PYTHONPATH=src:bench .venv/bin/python bench/merge_engines.py`` (``--r
 1,000,000; ``--batches``, default ``2500,43000``; ``--repeats``, default 3; ``--files``, the
 delta-rs tables' file counts, default ``1,8,40``; ``--spark-files``, default 8; ``--seed``;
 ``--filler random`` for 84 random letters a row instead of pgbench's blanks; ``--keep PATH`` to
-keep the tables).
+keep the tables; ``--driver-memory``, default 2g).
 
 The question of cut 5 of docs/design/update-path.md: is delta-rs's MERGE on the driver (the
 ``deltalake`` package walspark pins) faster than Spark's Delta MERGE for one batch of net updates
@@ -333,6 +333,8 @@ def main() -> None:
     parser.add_argument("--filler", choices=("blank", "random"), default="blank",
                         help="pgbench's blank filler, or 84 random letters a row (files of ~90 MB per 1M rows)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=10)
+    parser.add_argument("--driver-memory", default="2g",
+                        help="the Spark driver's heap (6g for --rows 10000000: the final tables are read back)")  # fmt: skip
     parser.add_argument("--keep", type=Path, default=None, help="keep the tables here (default: a temp dir)")
     args = parser.parse_args()
     sizes = [int(s.replace("_", "")) for s in args.batches.split(",")]
@@ -347,7 +349,8 @@ def main() -> None:
         from walspark.spark.session import spark_session
 
         began = time.perf_counter()
-        spark = spark_session("walspark-bench-merge-engines", conf={"spark.sql.warehouse.dir": str(workdir / "wh")})
+        conf = {"spark.sql.warehouse.dir": str(workdir / "wh"), "spark.driver.memory": args.driver_memory}
+        spark = spark_session("walspark-bench-merge-engines", conf=conf)
         log(f"Spark session: {time.perf_counter() - began:.1f}s (not counted)")
         base = accounts(args.rows, args.filler)
         source = str(workdir / "accounts.parquet")

@@ -15,6 +15,11 @@ the slot; then every Delta table, read with plain Spark, must equal ``SELECT *``
 row by row, and no (table, batch id) may appear twice among the MERGE commits' notes. The next
 round resumes writing and streaming on the same data and checkpoint.
 
+The driver's row limit is 4 here (``WALSPARK_DRIVER_MERGE_ROWS``): a batch is hardly ever merged
+from the driver whole, so its tables take their engines one by one, as a backlog's large tables
+do at the default limit — delta-rs for one of up to ten times the limit in net rows (collected
+alone), Spark's MERGE for more — and the kills land between the two engines' commits.
+
 ``WALSPARK_CRASH_KILLS`` sets the number of kills. The default run kills once, in the window
 only a poll finds (a batch's MERGE in Delta, not yet in the commit log nor the slot confirmed):
 a kill inside the snapshot is :func:`test_sigkill_during_the_snapshot_then_rerun_is_complete`'s.
@@ -32,6 +37,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from depth import sweep
+
+from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS
 
 from .support import (
     ONCE_TIMEOUT,
@@ -108,7 +115,7 @@ def test_sigkill_at_random_points_keeps_the_target_equal(spark, pg18_dsn, tmp_pa
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         create_shop(conn, customers=500, products=100, orders=600)
     target = tmp_path / "lake"
-    pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs")
+    pipeline = Pipeline(pg18_dsn, target, tmp_path / "logs", env={DRIVER_MERGE_ROWS: "4"})
     landed: list[str] = []
     transactions = truncates = 0
     work: CrashWorkload | None = None

@@ -64,6 +64,13 @@ def test_table_properties_give_features_only_where_needed():
                       "delta.feature.deletionVectors": "supported",  # reader 3: see tables.COLUMN_MAPPING
                       "walspark.columnMapping": "column name 'a b'"}  # fmt: skip
     assert table_properties(None, 1_000_000)["delta.enableDeletionVectors"] == "true"
+    # where delta-rs merges (a local target), which writes no deletion vectors, only from 10M rows
+    assert "delta.enableDeletionVectors" not in table_properties(None, 9_999_999, driver_merges=True)
+    assert table_properties(None, 10_000_000, driver_merges=True)["delta.enableDeletionVectors"] == "true"
+    assert (
+        table_properties({DELETION_VECTORS_MIN_ROWS: "1000"}, 1000, driver_merges=True)["delta.enableDeletionVectors"]
+        == "true"
+    )
     assert table_properties({DELETION_VECTORS_MIN_ROWS: "0"}, None)["delta.enableDeletionVectors"] == "true"
     assert "delta.enableDeletionVectors" not in table_properties({DELETION_VECTORS_MIN_ROWS: "-1"}, 10**12)
     with pytest.raises(ValueError, match="deletionVectors.minRows must be a number of rows, not 'many'"):
@@ -585,15 +592,17 @@ def test_each_table_of_a_large_batch_takes_its_engine_by_its_net_rows(source_fac
     """Over the driver's row limit (here 50), a batch is not merged from the driver as a whole,
     but table by table: one of many changes to few keys (pgbench's tellers: 200 updates of 5
     rows) is merged by delta-rs whether the driver read the batch (its Arrow given) or not (the
-    table's rows then collected alone), as is a table of few changes; a table whose changes name
-    more keys than the limit goes to Spark's MERGE. Every table equals the source either way."""
+    table's rows then collected alone), as is a table of few changes and one of up to ten times
+    the limit in net rows (pgbench's accounts); a table whose changes name more keys goes to
+    Spark's MERGE. Every table equals the source either way."""
     from walspark.spark.lake.driver_merge import DRIVER_MERGE_ROWS, net_rows
 
     src = source_factory("CREATE TABLE few (id int PRIMARY KEY, v int); CREATE TABLE small (id int PRIMARY KEY, v int);"
-                         "CREATE TABLE many (id int PRIMARY KEY, v int)")  # fmt: skip
+                         "CREATE TABLE mid (id int PRIMARY KEY, v int); CREATE TABLE many (id int PRIMARY KEY, v int)")  # fmt: skip
     src.sql("INSERT INTO few SELECT g, 0 FROM generate_series(1, 5) g",
             "INSERT INTO small SELECT g, 0 FROM generate_series(1, 5) g",
-            "INSERT INTO many SELECT g, 0 FROM generate_series(1, 80) g")  # fmt: skip
+            "INSERT INTO mid SELECT g, 0 FROM generate_series(1, 80) g",
+            "INSERT INTO many SELECT g, 0 FROM generate_series(1, 520) g")  # fmt: skip
     import functools
 
     one = lambda parts: functools.reduce(lambda a, b: a.unionByName(b), parts)  # noqa: E731 - same shape: one batch
@@ -601,7 +610,8 @@ def test_each_table_of_a_large_batch_takes_its_engine_by_its_net_rows(source_fac
     for i in range(40):  # 200 updates of few's 5 rows, a key changed and changed back among them
         src.sql(f"UPDATE few SET v = v + {i}", *(["UPDATE few SET id = 50 WHERE id = 5"] if i == 10 else []),
                 *(["UPDATE few SET id = 5 WHERE id = 50"] if i == 11 else []))  # fmt: skip
-    src.sql("UPDATE small SET v = 1 WHERE id <= 3", "DELETE FROM small WHERE id = 4", "UPDATE many SET v = v + 1")
+    src.sql("UPDATE small SET v = 1 WHERE id <= 3", "DELETE FROM small WHERE id = 4", "UPDATE mid SET v = v + 1",
+            "UPDATE many SET v = v + 1")  # fmt: skip
     second = one(src.drain())
     assert second.count() > 250
     monkeypatch.setenv(DRIVER_MERGE_ROWS, "50")
@@ -610,7 +620,7 @@ def test_each_table_of_a_large_batch_takes_its_engine_by_its_net_rows(source_fac
         for batch_id, df in enumerate((first, second)):
             sink.foreach_batch(df, batch_id, df.toArrow() if way == "arrow" else None)
             sink.flush()
-        for table, by_rs in (("few", True), ("small", True), ("many", False)):
+        for table, by_rs in (("few", True), ("small", True), ("mid", True), ("many", False)):
             path = str(tmp_path / way / "public" / table)
             assert canon(delta_rows(spark, path), ()) == canon(src.rows(f"public.{table}"), ()), (way, table)
             (newest,) = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()

@@ -94,23 +94,26 @@ def plain(facts: BatchFacts, names: Sequence[str]) -> bool:
     return simple and bool(facts.keys) and not facts.moved_unchanged
 
 
+#: A table's changes read onto the driver on their own, when its batch as a whole is not, are at
+#: most this many times the row limit: enough for a table whose many changes name few keys. The
+#: driver merges at most as many net rows.
+_COLLECT_FACTOR = 10
+
+
 def takes(facts: BatchFacts, rows: pa.Table | None = None) -> bool:
     """Whether a table's batch, when the driver has its ``rows``, is applied from there (if
     :func:`plain` too): a small one (:func:`row_limit`), one of only inserts, whatever its size,
-    which delta-rs appends as fast as Spark's writer without a job, or one of many changes to few
-    keys (:func:`net_rows`: pgbench's tellers, 47,500 updates of 100 rows). A MERGE of many rows
-    is Spark's, which reads the target's files in parallel and prunes them by their statistics."""
+    which delta-rs appends as fast as Spark's writer without a job, or one of up to ten times the
+    limit in net rows (:func:`net_rows`: pgbench's tellers, 47,500 updates of 100 rows; its
+    accounts, 47,500 updates of 46,000). delta-rs rewrites the files those rows are in, where
+    Spark's MERGE costs some twenty jobs: 0.1-0.3 s against 3-5 s on a table of a million rows
+    (``bench/merge_engines.py``). More net rows are Spark's, whose tasks share the rewrite."""
     limit = row_limit()
     if not limit:
         return False
     if facts.rows <= limit or _appends(facts):
         return True
-    return rows is not None and bool(facts.keys) and net_rows(rows, facts.keys) <= limit
-
-
-#: A table's changes read onto the driver on their own, when its batch as a whole is not, are at
-#: most this many times the row limit: enough for a table whose many changes name few keys.
-_COLLECT_FACTOR = 10
+    return rows is not None and bool(facts.keys) and net_rows(rows, facts.keys) <= _COLLECT_FACTOR * limit
 
 
 def small(facts: BatchFacts) -> bool:
@@ -141,8 +144,9 @@ def net_rows(rows: pa.Table, keys: Sequence[str]) -> int:
 
 def may_write(path: str) -> bool:
     """Whether a table's batches may be merged from the driver at all: a local table not refused
-    before (a feature delta-rs does not write as Spark does), with delta-rs installed."""
-    if local_path(path) is None or path in _refused:
+    before (a feature delta-rs does not write as Spark does), with delta-rs installed and the
+    driver's row limit not 0."""
+    if local_path(path) is None or path in _refused or not row_limit():
         return False
     try:
         import deltalake  # noqa: F401

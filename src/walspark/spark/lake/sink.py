@@ -298,7 +298,7 @@ class ApplyChanges:
                     rows = arrow_table_changes(arrow, schema, name)
                 elif small(table_facts) and may_write(self.layout.table(schema, name)):
                     rows = part.frame().toArrow()  # a large batch's small table: one job, not a MERGE's ~20
-                if rows is not None and not takes(table_facts, rows):
+                if rows is not None and not (takes(table_facts, rows) and may_write(self.layout.table(schema, name))):
                     rows = None
             if rows is None and part is given and read_on_driver:
                 # Spark merges this table: from the rows the driver decoded, not from the query's

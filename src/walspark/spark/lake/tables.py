@@ -17,6 +17,7 @@ __all__ = [
     "COLUMN_MAPPING",
     "COLUMN_MAPPING_REASON",
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
+    "DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
     "change_data_feed",
@@ -109,7 +110,7 @@ def field_names(fields: Iterable[Any]) -> list[str]:
 #: The Spark setting of the size from which walspark creates a table with deletion vectors:
 #: PostgreSQL's estimate of its rows when it is copied (0 for a table the apply step creates).
 DELETION_VECTORS_MIN_ROWS = "spark.walspark.deletionVectors.minRows"
-#: Its default. Why a threshold and not always: with deletion vectors a MERGE that updates or
+#: Its default where Spark merges the table's large batches (object storage). Why a threshold and not always: with deletion vectors a MERGE that updates or
 #: deletes rows marks them in a small side file instead of rewriting every Parquet file they sit
 #: in, so the bytes a batch writes no longer grow with the table. ``./dev bench scale``, 1,000
 #: random-key updates in one batch: 51 KB written into a 1M-row table and 60 KB into a 10M-row
@@ -119,6 +120,13 @@ DELETION_VECTORS_MIN_ROWS = "spark.walspark.deletionVectors.minRows"
 #: a scenario of 16 small tables used 17% more CPU. Small tables are cheaper to rewrite; from a
 #: million rows the bytes decide, since a table is rewritten at every batch otherwise.
 DEFAULT_DELETION_VECTORS_MIN_ROWS = 1_000_000
+#: Its default for a table that delta-rs merges on the driver (a local target: see
+#: :mod:`.driver_merge`), which does not write tables with deletion vectors: there a table of
+#: fewer rows is made without them, because delta-rs rewrites its files in a fraction of the
+#: seconds Spark's MERGE takes to mark them (``bench/merge_engines.py``, docs/design/update-path.md,
+#: cut 5). From this size the rewrite of every file a batch touches costs more than Spark's MERGE
+#: with vectors.
+DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS = 10_000_000
 
 
 #: The Spark setting that gives every table walspark creates for a source table, mirror or history,
@@ -142,20 +150,23 @@ def change_data_feed(conf: Mapping[str, str] | RuntimeConfig | None) -> bool:
 
 
 def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, estimated_rows: int | None = 0,
-                     names: Iterable[str] = ()) -> dict[str, str]:  # fmt: skip
+                     names: Iterable[str] = (), *, driver_merges: bool = False) -> dict[str, str]:  # fmt: skip
     """The properties of a new target table of about ``estimated_rows`` rows (None: unknown, as 0)
-    whose columns are named ``names`` (nested ones included).
+    whose columns are named ``names`` (nested ones included); ``driver_merges``: its batches may
+    be merged by delta-rs on the driver (:func:`.driver_merge.may_write`).
 
     Only the features the table needs, so that every engine reads it until a change asks for
     more: column mapping when a name needs it (:func:`mapping_reason`, recorded in
     :data:`COLUMN_MAPPING_REASON`), deletion vectors from :data:`DELETION_VECTORS_MIN_ROWS`
-    (read from ``conf``, the session's ``spark.conf``), the change data feed when
+    (read from ``conf``, the session's ``spark.conf``; unset, :data:`DEFAULT_DELETION_VECTORS_MIN_ROWS`
+    or, with ``driver_merges``, :data:`DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS`), the change data feed when
     :data:`CHANGE_DATA_FEED` says so. With deletion vectors Delta takes the protocol the features
     need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
     """
     raw = conf.get(DELETION_VECTORS_MIN_ROWS, None) if conf is not None else None
     try:
-        threshold = DEFAULT_DELETION_VECTORS_MIN_ROWS if raw is None else int(raw)
+        default = DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS if driver_merges else DEFAULT_DELETION_VECTORS_MIN_ROWS
+        threshold = default if raw is None else int(raw)
     except ValueError:
         raise ValueError(f"{DELETION_VECTORS_MIN_ROWS} must be a number of rows, not {raw!r}") from None
     props: dict[str, str] = {}

@@ -496,11 +496,14 @@ def _written_rows(spark: SparkSession, path: str) -> int:
     return int(metrics.get("numOutputRows", 0))
 
 
-def table_properties(plan: TablePlan, spark: SparkSession, schema: pa.Schema | None = None) -> dict[str, str]:
-    """The properties of a copied table: deletion vectors for a large one, column mapping where a
-    name of the source's Arrow ``schema`` (None: the plan's columns) needs it
-    (:func:`~walspark.spark.lake.tables.table_properties`), and each column's identity, so that
-    later DDL is followed by attnum (:mod:`.evolution`)."""
+def table_properties(
+    plan: TablePlan, spark: SparkSession, path: str, schema: pa.Schema | None = None
+) -> dict[str, str]:
+    """The properties of a table copied to ``path``: deletion vectors for a large one (larger where
+    delta-rs merges it), column mapping where a name of the source's Arrow ``schema`` (None: the
+    plan's columns) needs it (:func:`~walspark.spark.lake.tables.table_properties`), and each
+    column's identity, so that later DDL is followed by attnum (:mod:`.evolution`)."""
+    from walspark.spark.lake.driver_merge import may_write
     from walspark.spark.lake.evolution import ATTNUMS_PROPERTY, ColumnIds
     from walspark.spark.lake.tables import field_names
 
@@ -510,7 +513,8 @@ def table_properties(plan: TablePlan, spark: SparkSession, schema: pa.Schema | N
         names = field_names(spark_schema(schema).fields)
     else:
         names = [c[0] for c in plan.columns]
-    props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations), names)
+    props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations), names,
+                              driver_merges=may_write(path))  # fmt: skip
     if plan.attnums:
         props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
     return props
@@ -552,7 +556,7 @@ def write_table(
         from walspark.spark.lake.columns import ROW_MARKER
         from walspark.spark.lake.tables import quote
 
-        properties = table_properties(plan, spark)
+        properties = table_properties(plan, spark, path)
         df = spark.range(plan.columnless_rows).selectExpr(f"true AS {quote(ROW_MARKER)}")
     else:
         from walspark.spark.snapshot import driver_copy
@@ -560,7 +564,7 @@ def write_table(
 
         source = source_plan(dsn, snapshot_name, plan, catalog, fail_partition=fail_partition)
         schema = source_schema(source)
-        properties = table_properties(plan, spark, schema)
+        properties = table_properties(plan, spark, path, schema)
         copied = driver_copy.copy(source, path, properties)
         if copied is not None:
             return _done(plan, path, copied, started, progress)

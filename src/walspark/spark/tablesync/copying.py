@@ -345,7 +345,7 @@ def copy_in_chunks(spark: SparkSession, *, dsn: str, snapshot_name: str, consist
     schema = source_schema(base)
     into = saved.into or path
     if saved.start_version is None:
-        saved.properties = table_properties(plan, spark, schema)
+        saved.properties = table_properties(plan, spark, path, schema)
         saved.start_version = _start(spark, saved.properties, schema, into)
         saved.save(plan_path)
     # A small table's waves are read and appended from the driver (no Spark query per wave).
