@@ -144,7 +144,8 @@ def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(s
     target = str(tmp_path / "lake")
     pipeline = _pipeline(spark, pg18_dsn, target)
     pipeline.run_once()  # the snapshot
-    monkeypatch.setenv("WALSPARK_DRIVER_MERGE_ROWS", "50")  # "big": over 50 rows (too many for a driver batch too)
+    # "big": over 20 rows (too many for a driver batch too); a MERGE of over ten times that many keys is Spark's
+    monkeypatch.setenv("WALSPARK_DRIVER_MERGE_ROWS", "20")
     orders, customers = f"{target}/public/orders", f"{target}/public/customers"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(1001, 1300) g")
@@ -158,7 +159,7 @@ def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(s
         conn.execute("INSERT INTO customers VALUES (100, 'new')")
         run = pipeline.run_once()
         assert run.query_starts == 1 and run.rows == 211, run
-        assert not _last_apply_by_delta_rs(spark, orders), "a big MERGE is Spark's"
+        assert not _last_apply_by_delta_rs(spark, orders), "a MERGE of 210 keys is Spark's"
         assert _last_apply_by_delta_rs(spark, customers)
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
         for i in range(120):  # a backlog staged in many segments: one batch, not the first segment's alone

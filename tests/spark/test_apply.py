@@ -71,6 +71,12 @@ def test_table_properties_give_features_only_where_needed():
         table_properties({DELETION_VECTORS_MIN_ROWS: "1000"}, 1000, driver_merges=True)["delta.enableDeletionVectors"]
         == "true"
     )
+    # ... or from 2 GiB of the source's pages, wide rows (the rewrite grows with the bytes), unless set
+    wide = 2 << 30
+    dv = "delta.enableDeletionVectors"
+    assert table_properties(None, 1_000_000, driver_merges=True, estimated_bytes=wide)[dv] == "true"
+    assert dv not in table_properties(None, 1_000_000, driver_merges=True, estimated_bytes=wide - 1)
+    assert dv not in table_properties({DELETION_VECTORS_MIN_ROWS: "-1"}, 1, driver_merges=True, estimated_bytes=wide)
     assert table_properties({DELETION_VECTORS_MIN_ROWS: "0"}, None)["delta.enableDeletionVectors"] == "true"
     assert "delta.enableDeletionVectors" not in table_properties({DELETION_VECTORS_MIN_ROWS: "-1"}, 10**12)
     with pytest.raises(ValueError, match="deletionVectors.minRows must be a number of rows, not 'many'"):

@@ -17,6 +17,7 @@ __all__ = [
     "COLUMN_MAPPING",
     "COLUMN_MAPPING_REASON",
     "DEFAULT_DELETION_VECTORS_MIN_ROWS",
+    "DEFAULT_LOCAL_DELETION_VECTORS_MIN_BYTES",
     "DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS",
     "DELETION_VECTORS_MIN_ROWS",
     "TABLE_PROPERTIES",
@@ -127,6 +128,11 @@ DEFAULT_DELETION_VECTORS_MIN_ROWS = 1_000_000
 #: cut 5). From this size the rewrite of every file a batch touches costs more than Spark's MERGE
 #: with vectors.
 DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS = 10_000_000
+#: With it, the size of the source table's pages from which a table that delta-rs merges gets
+#: deletion vectors whatever its rows: the rewrite grows with the bytes (~140 MB of Parquet a
+#: second measured), so wide rows reach Spark's ~10 s per MERGE with vectors before ten million
+#: of them do.
+DEFAULT_LOCAL_DELETION_VECTORS_MIN_BYTES = 2 << 30
 
 
 #: The Spark setting that gives every table walspark creates for a source table, mirror or history,
@@ -150,16 +156,19 @@ def change_data_feed(conf: Mapping[str, str] | RuntimeConfig | None) -> bool:
 
 
 def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, estimated_rows: int | None = 0,
-                     names: Iterable[str] = (), *, driver_merges: bool = False) -> dict[str, str]:  # fmt: skip
+                     names: Iterable[str] = (), *, driver_merges: bool = False,
+                     estimated_bytes: int = 0) -> dict[str, str]:  # fmt: skip
     """The properties of a new target table of about ``estimated_rows`` rows (None: unknown, as 0)
-    whose columns are named ``names`` (nested ones included); ``driver_merges``: its batches may
-    be merged by delta-rs on the driver (:func:`.driver_merge.may_write`).
+    and ``estimated_bytes`` (its source's pages) whose columns are named ``names`` (nested ones
+    included); ``driver_merges``: its batches may be merged by delta-rs on the driver
+    (:func:`.driver_merge.may_write`).
 
     Only the features the table needs, so that every engine reads it until a change asks for
     more: column mapping when a name needs it (:func:`mapping_reason`, recorded in
     :data:`COLUMN_MAPPING_REASON`), deletion vectors from :data:`DELETION_VECTORS_MIN_ROWS`
     (read from ``conf``, the session's ``spark.conf``; unset, :data:`DEFAULT_DELETION_VECTORS_MIN_ROWS`
-    or, with ``driver_merges``, :data:`DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS`), the change data feed when
+    or, with ``driver_merges``, :data:`DEFAULT_LOCAL_DELETION_VECTORS_MIN_ROWS` rows or
+    :data:`DEFAULT_LOCAL_DELETION_VECTORS_MIN_BYTES`), the change data feed when
     :data:`CHANGE_DATA_FEED` says so. With deletion vectors Delta takes the protocol the features
     need (reader 3, writer 7), which delta-rs, DuckDB and Trino read.
     """
@@ -174,7 +183,8 @@ def table_properties(conf: Mapping[str, str] | RuntimeConfig | None = None, esti
     if reason is not None:
         props.update(COLUMN_MAPPING)
         props[COLUMN_MAPPING_REASON] = reason
-    if threshold >= 0 and (estimated_rows or 0) >= threshold:
+    wide = raw is None and driver_merges and estimated_bytes >= DEFAULT_LOCAL_DELETION_VECTORS_MIN_BYTES
+    if (threshold >= 0 and (estimated_rows or 0) >= threshold) or wide:
         props["delta.enableDeletionVectors"] = "true"
     if change_data_feed(conf):
         props[CDF_PROPERTY] = "true"

@@ -63,6 +63,8 @@ SMALL_TABLE_ROWS = 50_000
 
 #: Rows per page assumed for a table PostgreSQL has never analysed (``reltuples`` = -1).
 ASSUMED_ROWS_PER_PAGE = 100
+#: Bytes of a page, for a table's size from its pages (PostgreSQL's default ``block_size``).
+PAGE_BYTES = 8192
 
 
 class SnapshotError(RuntimeError):
@@ -514,7 +516,8 @@ def table_properties(
     else:
         names = [c[0] for c in plan.columns]
     props = target_properties(spark.conf, sum(r.rows_or_guess for r in plan.relations), names,
-                              driver_merges=may_write(path))  # fmt: skip
+                              driver_merges=may_write(path),
+                              estimated_bytes=sum(r.pages for r in plan.relations) * PAGE_BYTES)  # fmt: skip
     if plan.attnums:
         props[ATTNUMS_PROPERTY] = ColumnIds(plan.attnums, {}).to_json()
     return props
