@@ -293,12 +293,12 @@ class ApplyChanges:
             # applied from the driver only where that is cheap: a MERGE of many rows is Spark's
             rows = None
             mode = self.options_for(schema, name).mode
-            if part is given and mode == "scd1":
+            if part is given and mode == "scd1" and may_write(self.layout.table(schema, name)):
                 if arrow is not None:
                     rows = arrow_table_changes(arrow, schema, name)
-                elif small(table_facts) and may_write(self.layout.table(schema, name)):
+                elif small(table_facts):
                     rows = part.frame().toArrow()  # a large batch's small table: one job, not a MERGE's ~20
-                if rows is not None and not (takes(table_facts, rows) and may_write(self.layout.table(schema, name))):
+                if rows is not None and not takes(table_facts, rows):
                     rows = None
             if rows is None and part is given and read_on_driver:
                 # Spark merges this table: from the rows the driver decoded, not from the query's

@@ -111,9 +111,10 @@ def field_names(fields: Iterable[Any]) -> list[str]:
 #: The Spark setting of the size from which walspark creates a table with deletion vectors:
 #: PostgreSQL's estimate of its rows when it is copied (0 for a table the apply step creates).
 DELETION_VECTORS_MIN_ROWS = "spark.walspark.deletionVectors.minRows"
-#: Its default where Spark merges the table's large batches (object storage). Why a threshold and not always: with deletion vectors a MERGE that updates or
-#: deletes rows marks them in a small side file instead of rewriting every Parquet file they sit
-#: in, so the bytes a batch writes no longer grow with the table. ``./dev bench scale``, 1,000
+#: Its default where Spark merges the table's large batches (object storage). Why a threshold
+#: and not always: with deletion vectors a MERGE that updates or deletes rows marks them in a
+#: small side file instead of rewriting every Parquet file they sit in, so the bytes a batch
+#: writes no longer grow with the table. ``./dev bench scale``, 1,000
 #: random-key updates in one batch: 51 KB written into a 1M-row table and 60 KB into a 10M-row
 #: one, against 43 MB and 423 MB rewritten without them (which also leaves that much for VACUUM
 #: at every batch). But writing the vectors costs a fixed extra Spark job or two per MERGE: on
