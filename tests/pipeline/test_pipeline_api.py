@@ -133,39 +133,69 @@ def _last_apply_by_delta_rs(spark, path: str) -> bool:
     return max(applies)[1].startswith("delta-rs")
 
 
-def test_a_query_reads_its_batches_on_the_driver_and_appends_big_inserts_there(spark, pg18_dsn, tmp_path,
-                                                                              monkeypatch):  # fmt: skip
-    """A query's batch is read on the driver from its staged segments (driver_batch.DriverReads):
-    a big one of only inserts is appended by delta-rs with no Spark job, a big MERGE is still
-    Spark's (from the query's own DataFrame), and a small table's changes are merged from the
-    driver. Every run equals the publication. (A batch over the driver's byte limit is Spark's
-    alone, as every batch of a target on object storage is: tests/scenarios/test_object_storage.py.)"""
+def test_a_backlog_is_applied_from_the_driver_and_a_query_reads_its_batches_there(spark, pg18_dsn, tmp_path,
+                                                                                  monkeypatch):  # fmt: skip
+    """A ``--once`` run applies a backlog from the driver (driver_batch), batch by batch within the
+    driver's read limit, a batch too big for it left to the query; a query's batch is read on the
+    driver from its staged segments too (driver_batch.DriverReads). Either way a big batch of only
+    inserts is appended by delta-rs with no Spark job, a big MERGE is still Spark's (from the
+    driver's Arrow), and a small table's changes are merged from the driver. Every run equals the
+    publication. (Every batch of a target on object storage is Spark's alone:
+    tests/scenarios/test_object_storage.py.)"""
+    from walspark.pipeline import driver_batch
+
     _shop(pg18_dsn)
     target = str(tmp_path / "lake")
-    pipeline = _pipeline(spark, pg18_dsn, target)
+    lines: list[str] = []
+    pipeline = _pipeline(spark, pg18_dsn, target).on_progress(lines.append)
     pipeline.run_once()  # the snapshot
-    # "big": over 20 rows (too many for a driver batch too); a MERGE of over ten times that many keys is Spark's
+    # "big": over 20 rows; a MERGE of over ten times that many keys is Spark's
     monkeypatch.setenv("WALSPARK_DRIVER_MERGE_ROWS", "20")
     orders, customers = f"{target}/public/orders", f"{target}/public/customers"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
         conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(1001, 1300) g")
         conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
         run = pipeline.run_once()
-        assert run.query_starts == 1 and run.rows == 305, run
+        assert run.query_starts == 0 and run.rows == 305, run
         assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
-        assert_matches_publication(conn, spark, target, "shop", context="big inserts read on the driver")
+        assert_matches_publication(conn, spark, target, "shop", context="big inserts from the driver")
         conn.execute("UPDATE orders SET qty = qty + 1 WHERE id > 1100")
         conn.execute("DELETE FROM orders WHERE id <= 10")
         conn.execute("INSERT INTO customers VALUES (100, 'new')")
         run = pipeline.run_once()
-        assert run.query_starts == 1 and run.rows == 211, run
+        assert run.query_starts == 0 and run.rows == 211, run
         assert not _last_apply_by_delta_rs(spark, orders), "a MERGE of 210 keys is Spark's"
         assert _last_apply_by_delta_rs(spark, customers)
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
         for i in range(120):  # a backlog staged in many segments: one batch, not the first segment's alone
             conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
         run = pipeline.option("segmentMaxRows", 20).run_once()
+        assert run.query_starts == 0 and run.rows == 120 and run.batches == 1, run
+        # a driver reading at most 16 KiB of segments a batch (~2.4 KiB a segment of one row): the
+        # small transactions from the driver, the big one by the query
+        for i in range(3):
+            conn.execute(f"UPDATE customers SET name = name || '.' WHERE id = {i + 1}")
+        conn.execute("UPDATE orders SET qty = qty + 1 WHERE id > 1000")
+        monkeypatch.setenv("WALSPARK_DRIVER_READ_BYTES", "16384")
+        said = len(lines)
+        run = pipeline.option("segmentMaxRows", 1).run_once()
+        assert run.query_starts == 1 and run.rows == 303 and run.batches >= 2, run
+        assert any("no query started" in line for line in lines[said:]), lines[said:]
+        assert_matches_publication(conn, spark, target, "shop", context="a big transaction left to the query")
+        monkeypatch.delenv("WALSPARK_DRIVER_READ_BYTES")
+        # a run whose backlog the driver does not take: its query reads each batch on the driver
+        monkeypatch.setattr(driver_batch, "enabled", lambda settings, found: False)
+        conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(2001, 2300) g")
+        conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
+        run = pipeline.run_once()
+        assert run.query_starts == 1 and run.rows == 305, run
+        assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
+        assert_matches_publication(conn, spark, target, "shop", context="big inserts of a query read on the driver")
+        for i in range(120):
+            conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
+        run = pipeline.option("segmentMaxRows", 20).run_once()
         assert run.query_starts == 1 and run.rows == 120 and run.batches == 1, run
+        monkeypatch.undo()
         # The query's last batch is committed, but Spark never called its source's commit(end):
         # the slot stands one batch behind. The next run confirms it there before it peeks, so
         # it need not read that batch again (more rows than the peek reads here) nor start a query.

@@ -137,7 +137,7 @@ def test_arrow_facts_and_table_split_equal_spark_s(spark, source_dsn, tmp_path):
     """Change-log mode reads a batch once as Arrow on the driver (issue 16): its facts and its
     per-table rows must be exactly what the Spark aggregation and projection give."""
     from walspark.spark.lake.facts import arrow_tables_facts, tables_facts
-    from walspark.spark.lake.frames import arrow_table_changes, table_changes
+    from walspark.spark.lake.frames import arrow_table_changes, table_changes, table_changes_schema
 
     work = Workload(source_dsn)
     work.run(20)
@@ -172,5 +172,8 @@ def test_arrow_facts_and_table_split_equal_spark_s(spark, source_dsn, tmp_path):
     for table in ("acct", "ev"):
         spark_rows = table_changes(both, "public", table).toArrow()
         arrow_rows = arrow_table_changes(arrow, "public", table)
+        # the schema the driver gives a table's rows made from Arrow: the projection's own
+        assert table_changes_schema(both.schema, "public", table) == table_changes(both, "public", table).schema
+        assert table_changes_schema(acct.schema, "public", "acct") == acct.schema
         assert arrow_rows.schema.names == spark_rows.schema.names
         assert arrow_rows.to_pylist() == spark_rows.to_pylist()

@@ -1,11 +1,14 @@
-"""The pure parts of the data source: admission control, segment files, options, table names."""
+"""The pure parts of the data source and the lake: admission control, segment files, options, table names, the fold."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from walspark.spark.datasource.options import OptionsError, SourceOptions
 from walspark.spark.datasource.schema import parse_table_name
@@ -182,3 +185,49 @@ def test_progress_rows_from_the_driver_across_short_runs(tmp_path):
     last = ProgressTable(None, TargetLayout(str(tmp_path))).last("q", "public", "t")  # type: ignore[arg-type]
     assert last is not None and (last.batch_id, last.commit_lsn) == (COMPACT_EVERY + 1, 1000 + COMPACT_EVERY + 1)
     assert DeltaTable(path).metadata().configuration.get(AUTO_COMPACT) == "true"
+
+
+def _changes(draw_ops, shuffle) -> pa.Table:
+    """A plain batch of one table keyed by ``id`` in the per-table layout's columns the fold reads."""
+    ops, ids, olds, values, lsns, seqs = [], [], [], [], [], []
+    for n, (op, key, old_key) in enumerate(draw_ops):
+        ops.append(op)
+        ids.append(None if op == "D" else key)
+        if op == "D":
+            olds.append({"id": key if old_key is None else old_key})
+        else:
+            olds.append(None if old_key is None else {"id": old_key})
+        values.append(None if op == "D" else f"v{n}")
+        lsns.append(100 + n // 3)
+        seqs.append(n % 3)
+    table = pa.table({
+        "_op": pa.array(ops, pa.string()), "_commit_lsn": pa.array(lsns, pa.int64()), "_seq": pa.array(seqs, pa.int64()),
+        "id": pa.array(ids, pa.int64()), "v": pa.array(values, pa.string()),
+        "_old": pa.array(olds, pa.struct([("id", pa.int64())])),
+        "_unchanged": pa.array([[] for _ in ops], pa.list_(pa.string())),
+    })
+    return table.take(pa.array(shuffle(list(range(table.num_rows))), pa.int64()))
+
+
+#: (operation, key, the old key an update or delete carries: None for an update without one)
+_CHANGE = st.tuples(st.sampled_from("IUD"), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 6)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CHANGE, max_size=40), st.randoms(use_true_random=False))
+def test_the_group_by_fold_equals_the_change_by_change_fold(changes, rnd):
+    """Differential: the driver's Arrow group-by fold of a batch in which no update moved its key
+    gives the rows of the loop, in its order; a batch with a moved key is left to the loop."""
+    from walspark.spark.lake.driver_merge import _fold_loop, _fold_plain, fold
+
+    def shuffle(items: list) -> list:
+        rnd.shuffle(items)
+        return items
+
+    rows = _changes(changes, shuffle)
+    quick = _fold_plain(rows, ["id"], ["id", "v"])
+    moved = any(op == "U" and old is not None and old != key for op, key, old in changes)
+    assert (quick is None) == moved
+    assert fold(rows, ["id"], ["id", "v"]).to_pylist() == _fold_loop(rows, ["id"], ["id", "v"]).to_pylist()
+    if quick is not None:
+        assert quick.schema == _fold_loop(rows, ["id"], ["id", "v"]).schema

@@ -1,4 +1,4 @@
-"""A ``--once`` run's few pending changes applied from the driver, as the query's next micro-batch.
+"""A ``--once`` run's pending changes applied from the driver, as the query's next micro-batches.
 
 The same objects in the same order as the query, leaving the checkpoint as the query would have,
 so a crash at any step is a batch the next query replays. See docs/design/pipeline.md §6 for the
@@ -62,17 +62,20 @@ def _turned_off() -> bool:
 
 
 def enabled(settings: RunSettings, found: Pending) -> bool:
-    """Whether the pending changes may be applied from the driver (before anything is staged):
-    its batches must be ones the sink merges from the driver too (``WALSPARK_DRIVER_MERGE_ROWS``)."""
+    """Whether the pending changes may be applied from the driver (before anything is staged): a
+    few (within the sink's row limit for merges from the driver, ``WALSPARK_DRIVER_MERGE_ROWS``),
+    or any backlog when the query's batches would be read on the driver anyway (:class:`DriverReads`),
+    batch by batch within its byte limit."""
     from walspark.spark.lake.driver_merge import row_limit
     from walspark.storage import location
 
     if _turned_off() or not found.transactions:
         return False
-    limit = row_limit()
-    if not limit or min(settings.max_rows_per_batch or found.changes, found.changes) > limit:
+    if not all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging)):
         return False
-    return all(location(p).is_local for p in (settings.target, settings.checkpoint, settings.staging))
+    limit = row_limit()
+    few = not found.more and min(settings.max_rows_per_batch or found.changes, found.changes) <= limit
+    return bool(limit) and (few or DriverReads.enabled(settings))
 
 
 def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bool:
@@ -112,7 +115,9 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
     Returns :data:`APPLIED` when everything up to the server's position is applied;
     :data:`BARRIER` when a schema change stopped the reader after the batches before it (the
     caller declares the new shape and calls again); :data:`QUERY` when the query should run
-    instead, or for the rest (nothing written then but staged segments). ``report(batch_id, rows,
+    instead, or for the rest: nothing applied, or a batch whose staged segments hold more than
+    :data:`DRIVER_READ_BYTES` (one large transaction) next; nothing of it is written then but
+    staged segments. ``report(batch_id, rows,
     seconds, end, note)`` prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
     """
     from walspark.staging.offsets import last_batch
@@ -126,7 +131,9 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
         applied = 0
         while True:  # as Trigger.AvailableNow: batches until everything up to the target is applied
             began = time.monotonic()
-            done = _next_batch(spark, reader, schema, sink, last, tracker)
+            done = _next_batch(spark, reader, schema, sink, last, tracker, settings.staging)
+            if isinstance(done, str):
+                return done  # QUERY: a batch too big to read here, the query's from the batches applied
             if done is None:
                 if reader.schema_barrier() is not None:
                     return BARRIER
@@ -139,9 +146,10 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
 
 
 def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: CommittedBatch,
-                tracker: Tracker) -> tuple[CommittedBatch, int] | None:  # fmt: skip
-    """Plan, log, apply and commit the batch after ``last``: the committed batch and its rows, or
-    None when there is none (everything up to the target applied, or a schema change ahead)."""
+                tracker: Tracker, staging: str) -> tuple[CommittedBatch, int] | Outcome | None:  # fmt: skip
+    """Plan, log, apply and commit the batch after ``last``: the committed batch and its rows;
+    None when there is none (everything up to the target applied, or a schema change ahead);
+    :data:`QUERY` when it is too big to read here (nothing logged)."""
     from walspark import _injection
     from walspark.spark.datasource.schema import SchemaChangedError
     from walspark.staging.offsets import from_offset, to_offset
@@ -153,9 +161,14 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
         return None
     if end <= last.end:
         return None  # everything up to the target applied, or a schema change next (staging stops before it)
+    partitions = reader.partitions(start, to_offset(end))  # once its segments are written
+    limit = read_bytes()
+    if limit and staged_bytes(staging, last.end, end)[1] > limit:
+        log.debug("the batch after %d is left to the query: over %d bytes staged", last.batch_id, limit)
+        return QUERY
     batch_id = last.log_next(end)
     _injection.point("driver-batch-logged")
-    table, arrow = read_rows(spark, reader, schema, reader.partitions(start, to_offset(end)))
+    table, arrow = read_rows(spark, reader, schema, partitions)
     tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
     _injection.point("driver-batch-applied")
     last.commit_next()
@@ -215,18 +228,13 @@ class DriverReads:
             return None
         from walspark.spark.datasource.stream_reader import SegmentPartition
         from walspark.staging.offsets import batch_range
-        from walspark.staging.segments import list_segments
-        from walspark.storage import location
 
         span = batch_range(self.settings.checkpoint, batch_id)
         if span is None:
             log.debug("batch %d read by Spark: its range is not in the offset log", batch_id)
             return None
         start, end = span
-        segments = [
-            s.path for s in list_segments(location(self.settings.staging) / "segments") if s.overlaps(start, end)
-        ]
-        size = sum(s.size() for s in segments)
+        segments, size = staged_bytes(self.settings.staging, start, end)
         if size > self.limit:
             log.debug("batch %d read by Spark: %d bytes staged, over %d", batch_id, size, self.limit)
             return None
@@ -250,6 +258,15 @@ class DriverReads:
                 self._types = user_types(conn)
             self._reader = PgoutputDataSource(self._options).streamReader(self.schema)
         return self._reader
+
+
+def staged_bytes(staging: str, start: int, end: int) -> tuple[list[Any], int]:
+    """The staged segments holding the transactions of ``(start, end]``, and their bytes on disk."""
+    from walspark.staging.segments import list_segments
+    from walspark.storage import location
+
+    segments = [s.path for s in list_segments(location(staging) / "segments") if s.overlaps(start, end)]
+    return segments, sum(s.size() for s in segments)
 
 
 def read_bytes() -> int:
@@ -285,6 +302,14 @@ class ArrowFrame:
         self._table = table
         self._lock = threading.Lock()
         self._frame: Any = None
+
+    def persist(self) -> ArrowFrame:
+        """Nothing to do: the rows are on the driver already (and a Spark MERGE reads its own
+        table's rows from Arrow, not this frame)."""
+        return self
+
+    def unpersist(self) -> ArrowFrame:
+        return self
 
     def __getattr__(self, name: str) -> Any:
         with self._lock:

@@ -40,6 +40,9 @@ class Pending:
     changes: int
     #: a checkpoint no query has used yet: where its (empty) batch 0 ends, the slot's confirmed position
     first_batch_end: int | None = None
+    #: the peek stopped at :data:`PEEK_ROWS`: more follows (``transactions`` and ``changes`` are
+    #: what the peek saw, a lower bound; nothing is known of the rest)
+    more: bool = False
 
 
 def pending(settings: RunSettings, sync: Any) -> Pending | None:
@@ -107,9 +110,10 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
                 return None
             else:
                 changes += new and kind in _CHANGES
-        if rows >= PEEK_ROWS or inside:
+        more = rows >= PEEK_ROWS
+        if (inside and not more) or (more and not transactions):
             return None
-    return Pending(now, transactions, changes, end if fresh else None)
+    return Pending(now, transactions, changes, end if fresh else None, more)
 
 
 def _confirm_committed(conn: Any, slot: str, end: int) -> None:

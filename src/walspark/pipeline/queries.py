@@ -163,7 +163,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
 def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
                schedule: Any, say: Callable[[str], None], tracker: Tracker, progress: StreamProgress) -> bool:  # fmt: skip
     """A ``--once`` run that needs no query (:mod:`walspark.pipeline.idle`): nothing pending (the
-    slot confirmed), or a few plain transactions (applied from the driver as the next batches,
+    slot confirmed), or plain transactions (applied from the driver as the next batches,
     :mod:`walspark.pipeline.driver_batch`, past schema changes as the query's restarts get past
     them); then the catalog followed and maintenance as a drained query would. True if so: the
     run starts no query."""

@@ -247,6 +247,12 @@ def fold(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
     :func:`.writes.merge_scd1` gets from :func:`.fold.fold_last_per_key`. Values are taken from
     the rows, never rebuilt through Python.
     """
+    quick = _fold_plain(rows, keys, names)
+    return quick if quick is not None else _fold_loop(rows, keys, names)
+
+
+def _fold_loop(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
+    """:func:`fold`, change by change in Python: any plain batch."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -290,6 +296,55 @@ def fold(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table:
         at = [carried.get(key, {}).get(c, (None, None))[1] for key, _ in chosen]
         columns[c] = rows.column(c).take(pa.array(at, pa.int64()))
         columns[unchanged_column(names.index(c))] = pa.array([a is None for a in at], pa.bool_())
+    return pa.table(columns)
+
+
+def _fold_plain(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa.Table | None:
+    """:func:`fold` by Arrow's group-by, for a batch where every change's key is its own (no
+    update moved a row to another key) and no update left a column unchanged: the last change
+    per key in commit order, the same rows in the same order as the loop gives. None: the loop
+    (those changes, or key types the group-by does not take). An UPDATE-heavy batch is mostly
+    this case; the loop costs ~17 µs a change in Python."""
+    import functools
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not keys or pc.max(pc.fill_null(pc.list_value_length(rows.column("_unchanged")), 0)).as_py():
+        return None  # a TOAST column some update left unchanged
+    rows = rows.filter(pc.is_in(rows.column("_op"), pa.array(["I", "U", "D"])))
+    op = rows.column("_op").combine_chunks()
+    old = rows.column("_old").combine_chunks()
+    deleted = pc.equal(op, "D")
+    moved = []  # an update whose old key is not its new one
+    for k in keys:
+        before, after = pc.struct_field(old, k), rows.column(k).combine_chunks()
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(before, after), False), pc.xor(pc.is_null(before), pc.is_null(after))
+        )
+        moved.append(pc.and_(pc.and_(pc.equal(op, "U"), pc.is_valid(old)), differs))
+    if moved and pc.any(functools.reduce(pc.or_, moved)).as_py():
+        return None
+    key_columns = {
+        key_column(i): pc.if_else(deleted, pc.struct_field(old, k), rows.column(k).combine_chunks())
+        for i, k in enumerate(keys)
+    }
+    order = pc.sort_indices(rows.select(["_commit_lsn", "_seq"]),
+                            sort_keys=[("_commit_lsn", "ascending"), ("_seq", "ascending")])  # fmt: skip
+    ranked = pa.table(
+        {**{c: v.take(order) for c, v in key_columns.items()}, f"{_P}rank": pa.array(range(len(order)), pa.int64())}
+    )
+    try:
+        last = ranked.group_by(list(key_columns), use_threads=False).aggregate([(f"{_P}rank", "max")])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    ranks = last.column(f"{_P}rank_max")
+    index = order.take(ranks.take(pc.sort_indices(ranks)))  # the chosen changes, in commit order
+    columns = {c: v.take(index) for c, v in key_columns.items()}
+    columns[f"{_P}op"] = op.take(index).cast(pa.string())
+    taken = rows.select(list(names)).take(index)
+    for n in names:
+        columns[n] = taken.column(n)
     return pa.table(columns)
 
 

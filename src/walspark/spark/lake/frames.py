@@ -67,11 +67,26 @@ class TableRows:
         return TableRows(self.fields if fields is None else fields, lambda: step(self.frame()))
 
 
-def from_arrow(spark: SparkSession, rows: TableRows, arrow: pa.Table) -> TableRows:
+def from_arrow(spark: SparkSession, rows: TableRows, arrow: pa.Table, schema: StructType) -> TableRows:
     """``rows`` (one table's, in the per-table layout) with their DataFrame made from ``arrow``,
-    the same rows already on the driver (:func:`arrow_table_changes`), in ``rows``' Spark schema."""
-    schema = rows.frame().schema
+    the same rows already on the driver (:func:`arrow_table_changes`), in their Spark ``schema``
+    (:func:`table_changes_schema`: the batch's DataFrame is not made for it)."""
     return TableRows(rows.fields, lambda: spark.createDataFrame(arrow, schema=schema))
+
+
+def table_changes_schema(batch: StructType, schema: str, table: str) -> StructType:
+    """The schema of :func:`table_changes` of a DataFrame whose schema is ``batch``, known
+    without analysing the DataFrame (nor making one, for a batch the driver holds as Arrow)."""
+    from pyspark.sql.types import StructField, StructType
+
+    if "_old" in batch.fieldNames():  # the per-table layout: only filtered
+        return batch
+    name = f"{schema}.{table}"
+    whole, old = batch[name], batch[name + OLD_SUFFIX]
+    # getField of a nullable struct is nullable, whatever the field says
+    fields = [f if f.nullable or not whole.nullable else _nullable(f) for f in whole.dataType.fields]  # type: ignore[attr-defined]
+    return StructType([*(batch[c] for c in ENVELOPE_COLUMNS), *fields,
+                       StructField("_old", old.dataType, old.nullable, old.metadata), batch["_unchanged"]])  # fmt: skip
 
 
 def table_rows(df: DataFrame, schema: str, table: str, *, alone: bool = False) -> TableRows:
@@ -81,10 +96,7 @@ def table_rows(df: DataFrame, schema: str, table: str, *, alone: bool = False) -
         if alone:
             return TableRows.of(df)
         return TableRows(row_fields(df), lambda: table_changes(df, schema, table))
-    whole = df.schema[f"{schema}.{table}"]
-    struct: StructType = whole.dataType  # type: ignore[assignment]
-    # getField of a nullable struct is nullable, whatever the field says
-    fields = [f if f.nullable or not whole.nullable else _nullable(f) for f in struct.fields]
+    fields = table_changes_schema(df.schema, schema, table).fields[len(ENVELOPE_COLUMNS) : -2]
     return TableRows(fields, lambda: table_changes(df, schema, table))
 
 

@@ -32,7 +32,7 @@ from walspark.spark.lake.evolution import (
     follow_catalog,
 )
 from walspark.spark.lake.facts import BatchFacts, arrow_tables_facts, tables_facts
-from walspark.spark.lake.frames import TableRows, arrow_table_changes, from_arrow, table_rows
+from walspark.spark.lake.frames import TableRows, arrow_table_changes, from_arrow, table_changes_schema, table_rows
 from walspark.storage.layout import TargetLayout
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,8 @@ class ApplyChanges:
             if rows is None and part is given and read_on_driver:
                 # Spark merges this table: from the rows the driver decoded, not from the query's
                 # DataFrame, which Spark's tasks would decode again from the staged segments
-                part = from_arrow(session, part, arrow_table_changes(arrow, schema, name))
+                part = from_arrow(session, part, arrow_table_changes(arrow, schema, name),
+                                  table_changes_schema(batch_df.schema, schema, name))  # fmt: skip
             result, record = apply_table(session, part, batch_id, table_facts, layout=self.layout,
                                          mode=mode, app_id=self._app_id,
                                          known=self._known, arrow=rows)  # fmt: skip
