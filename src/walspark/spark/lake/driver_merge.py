@@ -137,7 +137,7 @@ def net_rows(rows: pa.Table, keys: Sequence[str]) -> int:
         old_struct = rows.column("_old").combine_chunks()
         old = pa.table([pc.struct_field(old_struct, k) for k in keys], names=list(keys))
         old = old.filter(pc.is_valid(old_struct)).cast(new.schema)
-        return pa.concat_tables([new, old]).group_by(list(keys)).aggregate([]).num_rows
+        return pa.concat_tables([new, old]).group_by(list(keys), use_threads=False).aggregate([]).num_rows
     except (KeyError, pa.ArrowException, ValueError):
         return rows.num_rows
 
@@ -540,7 +540,7 @@ def multiset_counts(rows: pa.Table, names: Sequence[str]) -> pa.Table:
     n_col = f"{_P}n"
     signs = pa.array([1] * added.num_rows + [-1] * removed.num_rows, pa.int64())
     both = pa.table({**{n: pa.concat_arrays(columns[n]) for n in names}, n_col: signs})
-    grouped = both.group_by(list(names)).aggregate([(n_col, "sum")])  # the sums first, then the keys
+    grouped = both.group_by(list(names), use_threads=False).aggregate([(n_col, "sum")])  # the sums first, then the keys
     counts = grouped.select([*names, f"{n_col}_sum"]).rename_columns([*names, n_col])
     return counts.filter(pc.not_equal(counts.column(n_col), 0))
 

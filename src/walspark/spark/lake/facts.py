@@ -225,21 +225,25 @@ def arrow_tables_facts(batch: pa.Table, keys: Callable[[str, str], Sequence[str]
         "row": pa.array(range(batch.num_rows), pa.int64()),
         "time": pc.cast(batch.column("_commit_time").cast(pa.timestamp("us", "UTC")), pa.int64()),
     })  # fmt: skip
-    groups = flags.group_by(["_schema", "_table"]).aggregate([
+    groups = flags.group_by(["_schema", "_table"], use_threads=False).aggregate([
         ("row", "count"), ("_commit_lsn", "max"), ("_commit_lsn", "min"), ("time", "max"), ("moved", "sum"), ("inserts", "sum"),
         ("updates", "sum"), ("deletes", "sum"), ("unchanged", "sum"), ("identity", "count_distinct"),
     ]).to_pylist()  # fmt: skip
     # the key of a table's last change (max_by over (commit LSN, seq)): the rows sorted once
     order = pc.sort_indices(flags, [("_commit_lsn", "ascending"), ("_seq", "ascending")])
-    ordered = flags.take(order).select(["_schema", "_table", "row", "truncate", "_commit_lsn", "_seq"]).to_pydict()
-    last_row: dict[tuple[str, str], int] = {}
+    ordered = flags.take(order).select(["_schema", "_table", "row", "truncate", "_commit_lsn", "_seq"])
+    ordered = ordered.append_column("rank", pa.array(range(ordered.num_rows), pa.int64()))
+    lasts = ordered.group_by(["_schema", "_table"], use_threads=False).aggregate([("rank", "max")])
+    rows_at = ordered.column("row").take(lasts.column("rank_max")).to_pylist()
+    last_row = {(s, t): r for s, t, r in zip(lasts.column("_schema").to_pylist(), lasts.column("_table").to_pylist(),
+                                             rows_at, strict=True)}  # fmt: skip
     truncs: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     times = batch.column("_commit_time")
-    for s, t, row, trunc, lsn, seq in zip(*ordered.values(), strict=True):
-        last_row[(s, t)] = row
-        if trunc:
-            at = times[row].cast(pa.timestamp("us", "UTC")).value
-            truncs.setdefault((s, t), []).append((lsn, seq, at))
+    truncated = ordered.filter(ordered.column("truncate")).to_pydict()  # in commit order
+    for s, t, row, lsn, seq in zip(*(truncated[c] for c in ("_schema", "_table", "row", "_commit_lsn", "_seq")),
+                                   strict=True):  # fmt: skip
+        at = times[row].cast(pa.timestamp("us", "UTC")).value
+        truncs.setdefault((s, t), []).append((lsn, seq, at))
     key_column = batch.column("_key")
     facts = {}
     for g in groups:

@@ -136,7 +136,7 @@ class ProgressTable:
         rows = driver_log.read_columns(self.path, [*keys, "batch_id", "commit_lsn"])
         if rows is None:
             return None
-        grouped = rows.group_by(keys).aggregate([("batch_id", "max"), ("commit_lsn", "max")])
+        grouped = rows.group_by(keys, use_threads=False).aggregate([("batch_id", "max"), ("commit_lsn", "max")])
         return {(r["app_id"], r["schema_name"], r["table_name"]): Progress(r["batch_id_max"], r["commit_lsn_max"])
                 for r in grouped.to_pylist()}  # fmt: skip
 
