@@ -3,9 +3,9 @@
 pgbench at ``--scale`` (10: 1,000,000 accounts), its four tables published, one walspark target
 snapshotted on this process's session; then, each drained by one timed ``run_once()`` sampled by
 py-spy (every thread of this process) with walspark's log at DEBUG: a backlog of ``--small``
-transactions (2,500: 10,000 changes), then one of ``--large`` (47,500: 190,000 changes); last, a
-``walspark -vv run --once`` with nothing pending as a new process, sampled by py-spy with its
-subprocesses. Spark's event log (``spark.eventLog.dir`` under ``--out``) holds every job.
+transactions (2,500: 10,000 changes), then one of ``--large`` (47,500: 190,000 changes); then a
+backlog of ``--cold-backlog`` transactions drained by ``walspark -vv run --once`` as a new process,
+and last the same with nothing pending, each sampled by py-spy with its subprocesses. Spark's event log (``spark.eventLog.dir`` under ``--out``) holds every job.
 Afterwards: ``--out`` has the py-spy samples (``*.raw``), the logs and each table's Delta commits
 with their operation metrics (``commits.txt``); the summary goes to stdout.
 """
@@ -148,6 +148,8 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=10)
     parser.add_argument("--small", type=int, default=2_500, help="transactions of the small backlog (default 2,500)")
     parser.add_argument("--large", type=int, default=47_500, help="transactions of the large backlog (default 47,500)")
+    parser.add_argument("--cold-backlog", type=int, default=47_500,
+                        help="transactions of the backlog drained by a new process under py-spy (default 47,500; 0: none)")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--out", default="/tmp/oltpprof")
     parser.add_argument("--py-spy", default="py-spy", help="the py-spy program (default: on PATH)")
@@ -210,20 +212,33 @@ def main() -> None:
             report += ["spark:", *event_jobs(events, t0, t1), "py-spy (inclusive seconds per frame):",
                        *summarise(out / f"{name}.raw")]  # fmt: skip
         spark.stop()
-        log("cold, nothing pending: walspark -vv run --once as a new process under py-spy")
         env = {**os.environ, "WALSPARK_DSN": dsn}
         argv = [sys.executable, "-m", "walspark.cli", "-vv", "run", "--publication", PUBLICATION, "--slot",
                 "oltp_prof", "--target", target, "--once"]  # fmt: skip
-        for attempt in ("plain", "sampled"):
+
+        def cold(name: str, attempt: str) -> float:
+            """``walspark -vv run --once`` as a new process; ``sampled``: under py-spy with its children."""
             started = time.perf_counter()
-            with open(out / f"cold-{attempt}.log", "w") as err:
+            with open(out / f"{name}-{attempt}.log", "w") as err:
                 if attempt == "plain":
                     subprocess.run(argv, env=env, stderr=err, stdout=err, check=True, timeout=600)
                 else:
                     subprocess.run([args.py_spy, "record", "--idle", "--threads", "--subprocesses", "-r", "50", "-f",
-                                    "raw", "-o", str(out / "cold.raw"), "--", *argv],
+                                    "raw", "-o", str(out / f"{name}.raw"), "--", *argv],
                                    env=env, stderr=err, stdout=err, check=True, timeout=600)  # fmt: skip
-            seconds = time.perf_counter() - started
+            return time.perf_counter() - started
+
+        if args.cold_backlog:
+            per = args.cold_backlog // args.clients
+            log(f"cold, a backlog: pgbench {per * args.clients:,} transactions, then walspark -vv run --once under py-spy")
+            pgbench(pg, dsn, "-n", "-c", str(args.clients), "-j", str(max(1, args.clients // 2)), "-t", str(per))
+            seconds = cold("cold-backlog", "sampled")
+            log(f"cold, a backlog: {seconds:.2f} s")
+            report += [f"## cold, a backlog of {4 * per * args.clients:,} changes (sampled): {seconds:.2f} s",
+                       "py-spy (inclusive seconds per frame):", *summarise(out / "cold-backlog.raw")]  # fmt: skip
+        log("cold, nothing pending: walspark -vv run --once as a new process under py-spy")
+        for attempt in ("plain", "sampled"):
+            seconds = cold("cold", attempt)
             log(f"cold {attempt}: {seconds:.2f} s")
             report.append(f"## cold, nothing pending ({attempt}): {seconds:.2f} s")
         report += ["py-spy (inclusive seconds per frame):", *summarise(out / "cold.raw")]

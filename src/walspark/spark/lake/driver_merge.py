@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from walspark.spark.lake.facts import BatchFacts
 
 from walspark.spark.lake.columns import _P, key_column
+from walspark.spark.lake.driver_log import keep as _keep
 from walspark.spark.lake.driver_log import local_path
+from walspark.spark.lake.driver_log import take as _open
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +57,6 @@ _UNSAFE_PROPERTIES = ("delta.enableDeletionVectors", "delta.enableTypeWidening")
 
 _refused: set[str] = set()
 _lock = threading.Lock()
-#: Tables as delta-rs last saw them, by local path, with the identity of their log's first commit:
-#: the next batch reads only the commits since (``update_incremental``) instead of replaying the
-#: log from its last checkpoint, tens of milliseconds a table and batch. A table deleted and made
-#: again at the same path has another first commit file, and is read afresh.
-_seen: dict[str, tuple[tuple[int, int, int], object]] = {}
 
 
 def row_limit() -> int:
@@ -606,32 +603,6 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
     merge.execute()
     _keep(local, identity, table)
     return table.version()
-
-
-def _open(local: str):
-    """The table at ``local``, caught up from where this process last saw it, or read afresh; and
-    its log's identity (None: not to be kept). Taken out of :data:`_seen` while in use, so two
-    threads never share one (a second one reads its own)."""
-    from deltalake import DeltaTable
-
-    try:
-        st = os.stat(os.path.join(local, "_delta_log", f"{0:020d}.json"))
-        identity: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
-    except OSError:
-        identity = None  # its first commit cleaned up: nothing to tell a new table by
-    with _lock:
-        seen = _seen.pop(local, None)
-    if seen is not None and identity is not None and seen[0] == identity:
-        table = seen[1]
-        table.update_incremental()  # type: ignore[attr-defined]
-        return identity, table
-    return identity, DeltaTable(local)
-
-
-def _keep(local: str, identity: tuple[int, int, int] | None, table: object) -> None:
-    if identity is not None:
-        with _lock:
-            _seen[local] = (identity, table)
 
 
 def _refuse(path: str, reason: str) -> int | None:

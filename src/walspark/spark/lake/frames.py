@@ -176,11 +176,13 @@ def arrow_table_changes(batch: pa.Table, schema: str, table: str) -> pa.Table:
     import pyarrow.compute as pc
 
     mine = pc.and_(pc.equal(batch.column("_schema"), schema), pc.equal(batch.column("_table"), table))
+    name = f"{schema}.{table}"
+    if "_old" not in batch.column_names:  # the table's own columns first: a filter costs every column's
+        batch = batch.select([*ENVELOPE_COLUMNS, name, name + OLD_SUFFIX, "_unchanged"])
     if not pc.all(mine).as_py():
         batch = batch.filter(mine)
     if "_old" in batch.column_names:
         return batch
-    name = f"{schema}.{table}"
     new = batch.column(name)
     fields = [batch.schema.field(c) for c in ENVELOPE_COLUMNS]
     columns = [batch.column(c) for c in ENVELOPE_COLUMNS]
