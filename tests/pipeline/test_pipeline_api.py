@@ -153,12 +153,22 @@ def test_a_backlog_is_applied_from_the_driver_and_a_query_reads_its_batches_ther
     monkeypatch.setenv("WALSPARK_DRIVER_MERGE_ROWS", "20")
     orders, customers = f"{target}/public/orders", f"{target}/public/customers"
     with psycopg.connect(pg18_dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(1001, 1300) g")
-        conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
-        run = pipeline.run_once()
-        assert run.query_starts == 0 and run.rows == 305, run
-        assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
-        assert_matches_publication(conn, spark, target, "shop", context="big inserts from the driver")
+
+        def big_inserts(first: int, queries: int, context: str) -> None:
+            conn.execute(f"INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series({first}, {first + 299}) g")
+            conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
+            run = pipeline.run_once()
+            assert run.query_starts == queries and run.rows == 305, run
+            assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
+            assert_matches_publication(conn, spark, target, "shop", context=context)
+
+        def scattered_updates(queries: int) -> None:
+            for i in range(120):  # a backlog staged in many segments: one batch, not the first segment's alone
+                conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
+            run = pipeline.option("segmentMaxRows", 20).run_once()
+            assert run.query_starts == queries and run.rows == 120 and run.batches == 1, run
+
+        big_inserts(1001, 0, "big inserts from the driver")
         conn.execute("UPDATE orders SET qty = qty + 1 WHERE id > 1100")
         conn.execute("DELETE FROM orders WHERE id <= 10")
         conn.execute("INSERT INTO customers VALUES (100, 'new')")
@@ -167,10 +177,7 @@ def test_a_backlog_is_applied_from_the_driver_and_a_query_reads_its_batches_ther
         assert not _last_apply_by_delta_rs(spark, orders), "a MERGE of 210 keys is Spark's"
         assert _last_apply_by_delta_rs(spark, customers)
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
-        for i in range(120):  # a backlog staged in many segments: one batch, not the first segment's alone
-            conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
-        run = pipeline.option("segmentMaxRows", 20).run_once()
-        assert run.query_starts == 0 and run.rows == 120 and run.batches == 1, run
+        scattered_updates(0)
         # a driver reading at most 16 KiB of segments a batch (~2.4 KiB a segment of one row): the
         # small transactions from the driver, the big one by the query
         for i in range(3):
@@ -185,16 +192,8 @@ def test_a_backlog_is_applied_from_the_driver_and_a_query_reads_its_batches_ther
         monkeypatch.delenv("WALSPARK_DRIVER_READ_BYTES")
         # a run whose backlog the driver does not take: its query reads each batch on the driver
         monkeypatch.setattr(driver_batch, "enabled", lambda settings, found: False)
-        conn.execute("INSERT INTO orders SELECT g, g % 7, 'n' || g FROM generate_series(2001, 2300) g")
-        conn.execute("UPDATE customers SET name = name || '!' WHERE id <= 5")
-        run = pipeline.run_once()
-        assert run.query_starts == 1 and run.rows == 305, run
-        assert _last_apply_by_delta_rs(spark, orders) and _last_apply_by_delta_rs(spark, customers)
-        assert_matches_publication(conn, spark, target, "shop", context="big inserts of a query read on the driver")
-        for i in range(120):
-            conn.execute(f"UPDATE orders SET qty = qty + 1 WHERE id = {20 + i}")
-        run = pipeline.option("segmentMaxRows", 20).run_once()
-        assert run.query_starts == 1 and run.rows == 120 and run.batches == 1, run
+        big_inserts(2001, 1, "big inserts of a query read on the driver")
+        scattered_updates(1)
         monkeypatch.undo()
         # The query's last batch is committed, but Spark never called its source's commit(end):
         # the slot stands one batch behind. The next run confirms it there before it peeks, so
