@@ -19,9 +19,7 @@ if TYPE_CHECKING:
     from walspark.spark.lake.facts import BatchFacts
 
 from walspark.spark.lake.columns import _P, key_column
-from walspark.spark.lake.driver_log import keep as _keep
-from walspark.spark.lake.driver_log import local_path
-from walspark.spark.lake.driver_log import take as _open
+from walspark.spark.lake.driver_log import keep, local_path, take
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +204,7 @@ def _alter(path: str, change: Callable[[Any], None], *, plain_names: bool = Fals
     if local is None or row_limit() == 0:
         return False
     try:
-        identity, table = _open(local)
+        identity, table = take(local)
     except Exception as exc:  # noqa: BLE001 - not readable here: Spark's to do
         log.debug("delta-rs cannot open %s: %s", path, exc)
         return False
@@ -219,7 +217,7 @@ def _alter(path: str, change: Callable[[Any], None], *, plain_names: bool = Fals
     except Exception as exc:  # noqa: BLE001 - refused before it committed: Spark's to do
         log.debug("delta-rs leaves a metadata change of %s to Spark: %s", path, exc)
         return False
-    _keep(local, identity, table)
+    keep(local, identity, table)
     return True
 
 
@@ -320,7 +318,7 @@ def _fold_plain(rows: pa.Table, keys: Sequence[str], names: Sequence[str]) -> pa
             pc.fill_null(pc.not_equal(before, after), False), pc.xor(pc.is_null(before), pc.is_null(after))
         )
         moved.append(pc.and_(pc.and_(pc.equal(op, "U"), pc.is_valid(old)), differs))
-    if moved and pc.any(functools.reduce(pc.or_, moved)).as_py():
+    if pc.any(functools.reduce(pc.or_, moved)).as_py():
         return None
     key_columns = {
         key_column(i): pc.if_else(deleted, pc.struct_field(old, k), rows.column(k).combine_chunks())
@@ -442,7 +440,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
     if local is None or path in _refused or (not _appends(facts) and not _key_types_ok(rows, facts.keys)):
         return None
     try:
-        identity, table = _open(local)
+        identity, table = take(local)
         if not writable(table):
             return _refuse(path, "a table feature delta-rs does not write as Spark does")
         done = table.transaction_version(app_id)
@@ -450,7 +448,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         applied = done is not None and done >= version
         dropped = [n for n in types if n not in names]  # dropped in PostgreSQL: NULL from then on, as Spark's
         if applied or not set(names) <= set(types) or (dropped and _multiset(facts, names)):
-            _keep(local, identity, table)
+            keep(local, identity, table)
             return table.version() if applied else None
     except Exception as exc:  # noqa: BLE001 - Spark answers whatever delta-rs cannot
         return _refuse(path, str(exc))
@@ -466,7 +464,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
             write_deltalake(local, inserts.cast(pa.schema([(n, types[n]) for n in columns])), mode="append",
                             commit_properties=properties)  # fmt: skip
             table.update_incremental()  # this commit: its version
-            _keep(local, identity, table)
+            keep(local, identity, table)
             return table.version()
         if facts.truncates:  # the changes after the last TRUNCATE, merged into an emptied table
             last = facts.truncates[-1]
@@ -478,13 +476,13 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         source = fold(rows, facts.keys, names)
         kept = {i: n for i, n in enumerate(names) if unchanged_column(i) in source.column_names}
         if facts.truncates and kept:
-            _keep(local, identity, table)
+            keep(local, identity, table)
             return None  # a value kept from an emptied table: Spark's path answers it
         source = source.cast(pa.schema([*[(key_column(i), types[k]) for i, k in enumerate(facts.keys)],
                                         (f"{_P}op", pa.string()), *[(n, types[n]) for n in names],
                                         *[(unchanged_column(i), pa.bool_()) for i in kept]]))  # fmt: skip
         if not _targets_hold(table, source, facts.keys, [unchanged_column(i) for i in kept]):
-            _keep(local, identity, table)
+            keep(local, identity, table)
             return None  # Spark's path stops the table, naming the key (.unchanged)
         values = {_quote(n): f"s.{_quote(n)}" for n in names}
         update = values | {_quote(n): f"CASE WHEN s.{_quote(unchanged_column(i))} THEN t.{_quote(n)} ELSE s.{_quote(n)} END"
@@ -498,7 +496,7 @@ def apply(path: str, rows: pa.Table, facts: BatchFacts, names: Sequence[str], ap
         if facts.truncates:  # the rows the TRUNCATE removed and no later change brought back
             merge = merge.when_not_matched_by_source_delete()
         merge.execute()
-        _keep(local, identity, table)
+        keep(local, identity, table)
         return table.version()
     except Exception as exc:  # noqa: BLE001
         try:  # committed before it failed? the transaction says
@@ -571,7 +569,7 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
     if not truncated and any(net < 0 for net in nets):
         held = _held_counts(table, counts.filter(pc.less(counts.column(f"{_P}n"), 0)), names)
         if held is None:
-            _keep(local, identity, table)
+            keep(local, identity, table)
             return None
     picks, actions = [], []
     for i, (value, net) in enumerate(zip(values, nets, strict=True)):
@@ -601,7 +599,7 @@ def _merge_multiset(table, local: str, identity, rows: pa.Table, names: Sequence
     if truncated:
         merge = merge.when_not_matched_by_source_delete()
     merge.execute()
-    _keep(local, identity, table)
+    keep(local, identity, table)
     return table.version()
 
 
