@@ -177,7 +177,49 @@ def test_a_backlog_is_applied_from_the_driver_and_a_query_reads_its_batches_ther
         assert not _last_apply_by_delta_rs(spark, orders), "a MERGE of 210 keys is Spark's"
         assert _last_apply_by_delta_rs(spark, customers)
         assert_matches_publication(conn, spark, target, "shop", context="a big MERGE beside a small one")
+        # the batch decoded while it stages (driver_batch.DecodeAhead), in ranges of 400 bytes of
+        # changes, each let decode before the batch is read; with a row limit, the ranges past a
+        # batch's end are left out and decoded again by the next batch
+        ahead: list[tuple[int, int]] = []
+        read = driver_batch.DecodeAhead.batches
+
+        def after_every_range(self, end):  # type: ignore[no-untyped-def]
+            self.waiting.clear()  # set again once the thread found no whole range left
+            assert self.waiting.wait(60)
+            batches = read(self, end)
+            ahead.append((self.rows_ahead, self.ranges_dropped))
+            return batches
+
+        monkeypatch.setattr(driver_batch, "AHEAD_BYTES", 400)
+        monkeypatch.setattr(driver_batch.DecodeAhead, "batches", after_every_range)
+        for i in range(120):
+            conn.execute(f"UPDATE orders SET note = note || '+' WHERE id = {60 + i}")
+        run = pipeline.option("segmentMaxRows", 20).max_rows_per_batch(50).run_once()
+        assert run.query_starts == 0 and run.rows == 120 and run.batches == 3, run
+        assert all(rows > 0 for rows, _ in ahead) and ahead[0][1] > 0, ahead
+        assert_matches_publication(conn, spark, target, "shop", context="decoded ahead, batches of 50 rows")
+        ahead.clear()
         scattered_updates(0)
+        assert len(ahead) == 1 and ahead[0][0] > 0 and ahead[0][1] == 0, ahead
+        monkeypatch.setattr(driver_batch.DecodeAhead, "batches", read)
+        monkeypatch.setattr(driver_batch, "AHEAD_BYTES", 8 << 20)
+        # a head start (what `walspark run --once` begins before its Spark session): the backlog
+        # staged and decoded before the run asks; not used when the run's options differ, and then
+        # stopped before the query reads what it staged
+        from walspark.pipeline import head_start
+
+        for used in (True, False):
+            conn.execute("UPDATE orders SET qty = qty + 1 WHERE id <= 30")  # 20 rows left there
+            conn.execute("INSERT INTO customers VALUES (%s, 'head')", (200 + used,))
+            head = head_start.begin(pipeline.settings(once=True))
+            assert head is not None
+            head._thread.join()
+            assert head.reader is not None and head.ahead is not None and head.found.changes == 21
+            # checked before the head start, as the CLI does (its stager holds the slot)
+            run = (pipeline if used else pipeline.max_rows_per_batch(100)).run(once=True, check=False)
+            assert head_start.claim(pipeline.settings()) is None and head.reader is None
+            assert run.rows == 21 and run.query_starts == (0 if used else 1), run
+            assert_matches_publication(conn, spark, target, "shop", context=f"head start used: {used}")
         # a driver reading at most 16 KiB of segments a batch (~2.4 KiB a segment of one row): the
         # small transactions from the driver, the big one by the query
         for i in range(3):

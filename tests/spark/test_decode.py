@@ -694,6 +694,26 @@ def test_truncate_of_several_tables(tmp_path: Path) -> None:
     assert envelope(together.table) == expected_rows(stager, 0, t2.end_lsn)
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.sampled_from(["public", "sales"]),
+                               st.sampled_from(["acct", "ev", "item"])), max_size=40),
+       shuffle=st.randoms(use_true_random=False))
+def test_commit_order_equals_the_sort_by_every_key(rows: list, shuffle: random.Random) -> None:
+    """The two-key sort with its fallback gives what the sort by commit LSN, position, schema and
+    table gives, ties (rows of one message) or none, in order already or not."""
+    from walspark.spark.datasource.output import commit_order
+
+    unique = list(dict.fromkeys(rows))
+    shuffle.shuffle(unique)
+    lsn, seq, schema, name = (list(c) for c in zip(*unique)) if unique else ([], [], [], [])
+    table = pa.table({"_commit_lsn": pa.array(lsn, pa.int64()), "_seq": pa.array(seq, pa.int32()),
+                      "_schema": pa.array(schema, pa.string()), "_table": pa.array(name, pa.string()),
+                      "row": pa.array(range(len(unique)), pa.int64())})
+    every = [("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_schema", "ascending"), ("_table", "ascending")]
+    assert commit_order(table).to_pylist() == table.sort_by(every).to_pylist()
+    event(f"ties: {len({(a, b) for a, b, _, _ in unique}) < len(unique)}")
+
+
 # A restarted stager (a query restarted with the same settings, after a crash, say) numbers
 # relation versions from 1 again: its relation cache is new. The segments the previous process
 # staged and Spark did not take yet stay, so one task may read segments of both processes. Its

@@ -34,27 +34,33 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         pipeline.check()  # before the JVM starts: a wrong DSN or name costs a second, not thirty
         from pyspark.sql import SparkSession
 
+        from walspark.pipeline.head_start import begin
         from walspark.spark.session import spark_session
 
-        owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
-        began = time.monotonic()
-        spark = spark_session(
-            "walspark-run",
-            master=master,
-            conf=conf,
-            short_lived=once,
-            locations=tuple(loc for loc in (options["target"], state) if loc),
-            metastore=pipeline.settings().layout.metastore if options["catalog_schema"] else None,
-            catalog_schema=options["catalog_schema"] or "",
-        )
-        if owned:
-            quiet_spark_errors(spark)
-            click.echo(f"Spark is up ({time.monotonic() - began:.1f} s)", err=True)
+        head = begin(pipeline.settings())  # a --once run's backlog staged while Spark starts
         try:
-            _run_until_done(pipeline.session(spark), once)
-        finally:
+            owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
+            began = time.monotonic()
+            spark = spark_session(
+                "walspark-run",
+                master=master,
+                conf=conf,
+                short_lived=once,
+                locations=tuple(loc for loc in (options["target"], state) if loc),
+                metastore=pipeline.settings().layout.metastore if options["catalog_schema"] else None,
+                catalog_schema=options["catalog_schema"] or "",
+            )
             if owned:
-                spark.stop()
+                quiet_spark_errors(spark)
+                click.echo(f"Spark is up ({time.monotonic() - began:.1f} s)", err=True)
+            try:
+                _run_until_done(pipeline.session(spark), once)
+            finally:
+                if owned:
+                    spark.stop()
+        finally:
+            if head is not None:
+                head.close()  # unclaimed (the run failed before it): its stager stopped
 
 
 def _run_until_done(pipeline, once: bool) -> None:

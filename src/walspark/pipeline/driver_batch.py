@@ -36,6 +36,7 @@ __all__ = [
     "apply_from_driver",
     "begin_checkpoint",
     "enabled",
+    "source_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,10 @@ DRIVER_BATCH = "WALSPARK_DRIVER_BATCH"
 #: (:class:`DriverReads`; default 256 MiB); ``0``: never.
 DRIVER_READ_BYTES = "WALSPARK_DRIVER_READ_BYTES"
 _DEFAULT_READ_BYTES = 256 << 20
+#: A range of staged changes :class:`DecodeAhead` decodes while the rest stages: the pgoutput
+#: bytes it waits for (each range reads the segments at its edges again, so not too small).
+AHEAD_BYTES = 8 << 20
+AHEAD_POLL_SECONDS = 0.05
 
 
 #: What :func:`apply_from_driver` left: everything applied; a schema change ahead (the batches
@@ -78,6 +83,20 @@ def enabled(settings: RunSettings, found: Pending) -> bool:
     return bool(limit) and (few or DriverReads.enabled(settings))
 
 
+def source_options(settings: RunSettings) -> dict[str, str]:
+    """The ``pgoutput`` data source's options of a run's query (and of its driver batches)."""
+    from walspark.storage import current_settings
+
+    options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
+               "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
+               **settings.options}  # fmt: skip
+    if settings.max_rows_per_batch:
+        options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
+    if DriverReads.enabled(settings) and "maxbytesperbatch" not in {k.lower() for k in options}:
+        options["maxBytesPerBatch"] = str(DriverReads.batch_bytes())  # read on the driver (DriverReads)
+    return options
+
+
 def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bool:
     """Begin the run's fresh checkpoint with an empty batch 0 ending at ``lsn`` (the slot's
     confirmed position), as the query's first micro-batch would; False: leave it to the query
@@ -107,7 +126,8 @@ def begin_checkpoint(spark: SparkSession, settings: RunSettings, lsn: int) -> bo
 
 
 def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, source: Any, schema: Any,
-                      tracker: Tracker, report: Callable[..., None]) -> Outcome:  # fmt: skip
+                      tracker: Tracker, report: Callable[..., None], reader: Any = None,
+                      ahead: DecodeAhead | None = None) -> Outcome:  # fmt: skip
     """Apply what is pending from the driver as the query's next batches (see the module docstring),
     once :func:`enabled` said so: ``source`` is the run's ``PgoutputDataSource``, ``schema`` the
     schema the query would declare (the tables already follow it).
@@ -118,20 +138,28 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
     instead, or for the rest: nothing applied, or a batch whose staged segments hold more than
     :data:`DRIVER_READ_BYTES` (one large transaction) next; nothing of it is written then but
     staged segments. ``report(batch_id, rows,
-    seconds, end, note)`` prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`).
+    seconds, end, note)`` prints a batch's line (:meth:`walspark.pipeline.progress.StreamProgress.report`);
+    ``reader``: ``source``'s stream reader of ``schema`` if one is made already (a head start's,
+    :mod:`walspark.pipeline.head_start`), stopped here as a new one would be; ``ahead``: its
+    decoding ahead, used for the first batch if that starts where it does.
     """
     from walspark.staging.offsets import last_batch
 
     last = last_batch(settings.checkpoint)
     if last is None:
         return QUERY
-    reader = source.streamReader(schema)
+    reader = reader or source.streamReader(schema)
     try:
         reader.prepareForTriggerAvailableNow()
         applied = 0
         while True:  # as Trigger.AvailableNow: batches until everything up to the target is applied
             began = time.monotonic()
-            done = _next_batch(spark, reader, schema, sink, last, tracker, settings.staging)
+            if ahead is None or ahead.begin != last.end:
+                if ahead is not None:
+                    ahead.stop()
+                ahead = DecodeAhead(reader, last.end).start()  # what is staged decoded while the rest stages
+            done = _next_batch(spark, reader, schema, sink, last, tracker, settings.staging, ahead)
+            ahead = None
             if isinstance(done, str):
                 return done  # QUERY: a batch too big to read here, the query's from the batches applied
             if done is None:
@@ -142,33 +170,39 @@ def apply_from_driver(spark: SparkSession, settings: RunSettings, sink: Any, sou
             applied += 1
             report(last.batch_id, rows, time.monotonic() - began, last.end_text, "; no query started")
     finally:
+        if ahead is not None:
+            ahead.stop()
         reader.stop()  # the stager's last act: the slot's confirmation
 
 
 def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: CommittedBatch,
-                tracker: Tracker, staging: str) -> tuple[CommittedBatch, int] | Outcome | None:  # fmt: skip
-    """Plan, log, apply and commit the batch after ``last``: the committed batch and its rows;
-    None when there is none (everything up to the target applied, or a schema change ahead);
-    :data:`QUERY` when it is too big to read here (nothing logged)."""
+                tracker: Tracker, staging: str, ahead: DecodeAhead) -> tuple[CommittedBatch, int] | Outcome | None:  # fmt: skip
+    """Plan, log, apply and commit the batch after ``last``, its staged transactions decoded by
+    ``ahead`` as they come (stopped here): the committed batch and its rows; None when there is
+    none (everything up to the target applied, or a schema change ahead); :data:`QUERY` when it
+    is too big to read here (nothing logged)."""
     from walspark import _injection
     from walspark.spark.datasource.schema import SchemaChangedError
     from walspark.staging.offsets import from_offset, to_offset
 
     start = to_offset(last.end)
     try:
-        end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
-    except SchemaChangedError:
-        return None
-    if end <= last.end:
-        return None  # everything up to the target applied, or a schema change next (staging stops before it)
-    partitions = reader.partitions(start, to_offset(end))  # once its segments are written
-    limit = read_bytes()
-    if limit and staged_bytes(staging, last.end, end)[1] > limit:
-        log.debug("the batch after %d is left to the query: over %d bytes staged", last.batch_id, limit)
-        return QUERY
-    batch_id = last.log_next(end)
-    _injection.point("driver-batch-logged")
-    table, arrow = read_rows(spark, reader, schema, partitions)
+        try:
+            end = from_offset(reader.latestOffset(start, reader.getDefaultReadLimit()))
+        except SchemaChangedError:
+            return None
+        if end <= last.end:
+            return None  # everything up to the target applied, or a schema change next (staging stops before it)
+        reader.partitions(start, to_offset(end))  # once its segments are written
+        limit = read_bytes()
+        if limit and staged_bytes(staging, last.end, end)[1] > limit:
+            log.debug("the batch after %d is left to the query: over %d bytes staged", last.batch_id, limit)
+            return QUERY
+        batch_id = last.log_next(end)
+        _injection.point("driver-batch-logged")
+        table, arrow = read_rows(spark, reader, schema, ahead.batches(end))
+    finally:
+        ahead.stop()
     tracker.batch_applied(batch_id, sink.foreach_batch(ArrowFrame(spark, table, schema), batch_id, arrow=arrow))
     _injection.point("driver-batch-applied")
     last.commit_next()
@@ -176,13 +210,97 @@ def _next_batch(spark: SparkSession, reader: Any, schema: Any, sink: Any, last: 
     return last.next(end), table.num_rows
 
 
-def read_rows(spark: SparkSession, reader: Any, schema: Any, partitions: Any) -> tuple[Any, Any]:
-    """The rows of a batch's ``partitions``, decoded here by the query's ``reader``: as the reader
-    gives them, and in the Arrow types ``DataFrame.toArrow()`` would give them."""
+def read_rows(spark: SparkSession, reader: Any, schema: Any, batches: Any) -> tuple[Any, Any]:
+    """A batch's rows from their decoded Arrow ``batches`` (:meth:`DecodeAhead.batches`, or
+    :func:`decoded` from its partitions) as the query's ``reader`` gives them, and in the Arrow
+    types ``DataFrame.toArrow()`` would give them."""
     import pyarrow as pa
 
-    table = pa.Table.from_batches([b for p in partitions for b in reader.read(p)], schema=reader.arrow_schema())
+    table = pa.Table.from_batches(list(batches), schema=reader.arrow_schema())
     return table, table.cast(arrow_schema(spark, schema))
+
+
+def decoded(reader: Any, partitions: Any) -> list[Any]:
+    """The Arrow batches of ``partitions``, decoded here by the query's ``reader``."""
+    return [b for p in partitions for b in reader.read(p)]
+
+
+def _range_after(entries: list[Any]) -> tuple[int | None, int]:
+    """Where the first staged transactions of :data:`AHEAD_BYTES` in all end, and their bytes;
+    (None, 0) while fewer are staged."""
+    size = 0
+    for entry in entries:
+        size += entry.bytes
+        if size >= AHEAD_BYTES:
+            return entry.end_lsn, size
+    return None, 0
+
+
+class DecodeAhead:
+    """A driver batch's staged transactions decoded in a thread of their own while the rest of the
+    backlog is still staging (the planning of the batch waits until all of it is staged).
+
+    Consecutive ranges ``(a, b]`` of what is staged, each once it holds :data:`AHEAD_BYTES` of
+    changes, each decoded as a partition of its own, as a query's batches are: rows are filtered
+    by their transaction's end, every range starts with the Relation messages in force, so their
+    rows one after the other are the rows of one decode of the whole (tests/pipeline/
+    test_pipeline_api.py checks the batch against the slot). A range past the planned end, one
+    whose decoding failed, and what is staged after the last range are decoded by
+    :meth:`batches` in the caller's thread, which reports its errors as before. It stops past
+    :func:`read_bytes` of changes, a batch too big to be read here anyway.
+    """
+
+    def __init__(self, reader: Any, start: int) -> None:
+        self.reader, self.begin = reader, start
+        self._ranges: list[tuple[int, list[Any]]] = []  # (end, batches) after ``start``, in order
+        #: set while no whole range is staged past those decoded: the thread waits for staging
+        self.waiting = threading.Event()
+        #: what :meth:`batches` took from the thread: rows, and ranges past the end left out
+        self.rows_ahead = self.ranges_dropped = 0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="walspark-decode-ahead", daemon=True)
+
+    def start(self) -> DecodeAhead:
+        if AHEAD_BYTES:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End the thread (once the range it decodes is done)."""
+        self._halt.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        covered, done, budget = self.begin, 0, read_bytes()
+        try:
+            while not self._halt.is_set() and not (budget and done > budget):
+                upto, size = _range_after(self.reader.staged_transactions(covered))
+                if upto is None:
+                    self.waiting.set()
+                    self._halt.wait(AHEAD_POLL_SECONDS)
+                    continue
+                self.waiting.clear()
+                self._ranges.append((upto, decoded(self.reader, self.reader.staged_partitions(covered, upto))))
+                covered, done = upto, done + size
+        except Exception as exc:  # noqa: BLE001 - the caller decodes this range again, and reports
+            log.debug("decoding ahead stopped after %d range(s): %s", len(self._ranges), exc)
+
+    def batches(self, end: int) -> list[Any]:
+        """The Arrow batches of the transactions ending in ``(begin, end]`` (all of them staged)."""
+        self.stop()
+        out, covered = [], self.begin
+        for upto, batches in self._ranges:
+            if upto > end:
+                self.ranges_dropped += 1
+                continue
+            out += batches
+            covered = upto
+        self.rows_ahead = sum(b.num_rows for b in out)
+        log.debug("%d of the batch's rows decoded while it staged", self.rows_ahead)
+        if covered < end:
+            out += decoded(self.reader, self.reader.staged_partitions(covered, end))
+        return out
 
 
 class DriverReads:
@@ -241,7 +359,7 @@ class DriverReads:
         began = time.monotonic()
         reader = self._stream_reader()
         partition = SegmentPartition(tuple(s.uri for s in segments), start, end, self._types)
-        arrow = read_rows(self.spark, reader, self.schema, [partition])[1]
+        arrow = read_rows(self.spark, reader, self.schema, decoded(reader, [partition]))[1]
         log.debug("batch %d read on the driver: %d rows from %d segments (%d bytes) in %.2f s",
                   batch_id, arrow.num_rows, len(segments), size, time.monotonic() - began)  # fmt: skip
         return arrow

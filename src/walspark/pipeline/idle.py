@@ -45,16 +45,22 @@ class Pending:
     more: bool = False
 
 
-def pending(settings: RunSettings, sync: Any) -> Pending | None:
-    """What is pending up to the server's WAL position, or None: run the query."""
+def pending(settings: RunSettings, store: Any) -> Pending | None:
+    """What is pending up to the server's WAL position, or None: run the query. ``store``: the
+    run's :class:`~walspark.spark.tablesync.state.SyncStore` (a table being copied: the query)."""
     try:
-        return _pending(settings, sync)
+        return _pending(settings, store)
     except Exception as exc:  # noqa: BLE001 - any doubt runs the query, which reports errors its own way
         log.debug("pending changes not ruled out: %s", exc)
         return None
 
 
-def _pending(settings: RunSettings, sync: Any) -> Pending | None:
+def copying(store: Any) -> bool:
+    """Whether a table is being copied, or has copies to hand off (the query's to follow)."""
+    return any(state.syncing or state.cuts for state in store.all())
+
+
+def _pending(settings: RunSettings, store: Any) -> Pending | None:
     from walspark.source.connect import connect_sql
     from walspark.source.names import publication_names_value
     from walspark.source.publications import publication_list
@@ -77,7 +83,7 @@ def _pending(settings: RunSettings, sync: Any) -> Pending | None:
         return None
     if any(entry.name != "since.json" for entry in (staging / "prepared").list()):
         return None
-    if any(state.syncing or state.cuts for state in sync.store.all()):
+    if copying(store):
         return None
     options = {
         "proto_version": "1",

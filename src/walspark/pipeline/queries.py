@@ -17,6 +17,7 @@ from walspark.pipeline.status import Tracker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from walspark.pipeline.head_start import HeadStart
     from walspark.spark.datasource.commits import CommitNotes
 
 __all__ = ["MAX_SCHEMA_RESTARTS", "STOP_GRACE_SECONDS", "WORKER_START_BACKOFF", "WORKER_START_RETRIES", "SchemaStuckError", "check_progress", "follow_catalog",
@@ -71,11 +72,10 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
                  tracker: Tracker | None, progress: StreamProgress | None, commits: CommitNotes) -> int:  # fmt: skip
     from pyspark.errors import StreamingQueryException
 
-    from walspark.pipeline.driver_batch import DriverReads
+    from walspark.pipeline.driver_batch import DriverReads, source_options
     from walspark.spark.datasource.schema import is_schema_change
     from walspark.spark.lake.maintenance import MaintenanceSchedule
     from walspark.staging.barrier import read_barrier
-    from walspark.storage import current_settings
 
     starts = worker_failures = 0
     schedule = MaintenanceSchedule(settings.layout, settings.maintenance_hours)
@@ -84,13 +84,7 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
     progress = progress or StreamProgress(settings.dsn, say, tracker=tracker)
 
     while not settings.stop.requested.is_set():
-        options = {"dsn": settings.dsn, "slot": settings.slot, "publication": settings.publication,
-                   "stagingPath": settings.staging, **current_settings().to_options(),  # executors reach the staging
-                   **settings.options}  # fmt: skip
-        if settings.max_rows_per_batch:
-            options["maxRowsPerBatch"] = str(settings.max_rows_per_batch)
-        if DriverReads.enabled(settings) and "maxbytesperbatch" not in {k.lower() for k in options}:
-            options["maxBytesPerBatch"] = str(DriverReads.batch_bytes())  # read on the driver (DriverReads)
+        options = source_options(settings)
         if settings.once and starts == 0 and skip_query(spark, settings, sink, sync, options, schedule, say, tracker,
                                                         progress):  # fmt: skip
             return starts
@@ -167,19 +161,36 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
     :mod:`walspark.pipeline.driver_batch`, past schema changes as the query's restarts get past
     them); then the catalog followed and maintenance as a drained query would. True if so: the
     run starts no query."""
+    from walspark.pipeline.head_start import claim
+
+    early = claim(settings)  # what a head start found, and the backlog it staged meanwhile
+    try:
+        return _skip_query(spark, settings, sink, sync, options, schedule, say, tracker, progress,
+                           early.take(options, sync.store) if early else None)  # fmt: skip
+    finally:
+        if early is not None:
+            early.close()  # before any query reads the slot
+
+
+def _skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any, options: dict[str, str],
+                schedule: Any, say: Callable[[str], None], tracker: Tracker, progress: StreamProgress,
+                head: HeadStart | None) -> bool:  # fmt: skip
     from walspark.pipeline.driver_batch import APPLIED, BARRIER, apply_from_driver, begin_checkpoint, enabled
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
     from walspark.staging.barrier import read_barrier
 
-    found = pending(settings, sync)
+    found = head.found if head is not None else pending(settings, sync.store)
     if found is None or (found.transactions and not enabled(settings, found)):
         return False
     if found.first_batch_end is not None and not begin_checkpoint(spark, settings, found.first_batch_end):
         return False
-    source = PgoutputDataSource(options)
-    schema = source.schema()  # the query's own schema, computed here in-process
+    if head is not None and head.reader is not None:
+        source, schema, reader, ahead = head.source, head.schema, head.reader, head.ahead
+    else:
+        source, reader, ahead = PgoutputDataSource(options), None, None
+        schema = source.schema()  # the query's own schema, computed here in-process
     if not found.transactions:
         confirm_idle(settings, found.position)
         say(f"nothing to apply up to {format_lsn(found.position)}: no query started")
@@ -189,8 +200,9 @@ def skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any,
         follow_catalog(spark, sink, schema, sync.published())  # as before a query
         barrier, restarts = read_barrier(settings.staging), 0
         while (
-            outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report)
+            outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report, reader, ahead)
         ) == BARRIER:
+            reader = ahead = None
             restarts += 1  # a schema change: declared and followed as a query's restart does
             if restarts > MAX_SCHEMA_RESTARTS:
                 return False

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -21,6 +22,8 @@ __all__ = ["OutputShaper", "Piece"]
 #: Rows of one relation version: their count and their own output columns by name (the columns
 #: of other tables, null in these rows, are left out until the pieces are merged).
 Piece = tuple[int, dict[str, pa.Array]]
+
+_POSITION = [("_commit_lsn", "ascending"), ("_seq", "ascending")]
 
 
 def _conform_struct(source: pa.StructArray, target: pa.StructType, fills: dict[str, pa.Array] | None = None,
@@ -45,6 +48,23 @@ def _conform_struct(source: pa.StructArray, target: pa.StructType, fills: dict[s
         else:
             children.append(source.field(j).cast(field.type))
     return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+
+
+def commit_order(table: pa.Table) -> pa.Table:
+    """``table``'s rows in commit order: by commit LSN and position in the transaction, which only
+    the rows of one message share (a TRUNCATE of several tables: then in table order too). The two
+    integer keys alone cost a few milliseconds where sorting by the names too took most of a
+    second for 190,000 rows."""
+    order = pc.sort_indices(table, sort_keys=_POSITION).cast(pa.int64())
+    if len(order) > 1:
+        lsn, seq = table.column("_commit_lsn").take(order), table.column("_seq").take(order)
+        tied = pc.and_(pc.equal(lsn[1:], lsn[:-1]), pc.equal(seq[1:], seq[:-1]))
+        if pc.any(tied).as_py():
+            return table.sort_by([*_POSITION, ("_schema", "ascending"), ("_table", "ascending")])
+        if pc.all(pc.equal(pc.subtract(order[1:], order[:-1]), 1)).as_py():
+            return table  # in order already
+        return table.take(order)
+    return table
 
 
 class OutputShaper:
@@ -99,10 +119,7 @@ class OutputShaper:
             return
         table = self.assemble(pieces)
         if len(pieces) > 1:
-            # a TRUNCATE of several tables is one message: its rows in table order
-            table = table.sort_by(
-                [("_commit_lsn", "ascending"), ("_seq", "ascending"), ("_schema", "ascending"), ("_table", "ascending")]
-            )
+            table = commit_order(table)
         yield from table.combine_chunks().to_batches(max_chunksize=max_rows)
 
     def _own(self, version: RelationVersion, batch: pa.RecordBatch) -> dict[str, pa.Array] | None:

@@ -29,7 +29,7 @@ from walspark.spark.datasource.schema import (
     OutputLayout,
     SchemaChangedError,
 )
-from walspark.staging.offsets import from_offset, plan_end, to_offset
+from walspark.staging.offsets import TxnEntry, from_offset, plan_end, to_offset
 from walspark.staging.stager import Stager
 from walspark.storage import Location, location
 from walspark.values import UserTypes, registry_of
@@ -188,8 +188,18 @@ class PgoutputStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stager.expect_start(begin)
         stager.offered(finish)  # a replay after a restart: staging must not pause before `finish`
         stager.wait_staged(finish, timeout=max(self.options.slot_wait_seconds * 2, 120.0))
-        segments = [s.path for s in stager.segments_for(begin, finish)]
+        return self.staged_partitions(begin, finish)
+
+    def staged_partitions(self, begin: int, finish: int) -> list[SegmentPartition]:
+        """The partitions of the transactions ending in ``(begin, finish]``, staged already (the
+        caller knows: :meth:`partitions` waits for them, the driver's decoding ahead asks for
+        what is staged)."""
+        segments = [s.path for s in self._live().segments_for(begin, finish)]
         return [SegmentPartition(group, begin, finish, self._types) for group in group_segments(segments)]
+
+    def staged_transactions(self, begin: int) -> list[TxnEntry]:
+        """The transactions staged so far that end after ``begin``, in order."""
+        return self._live().entries_after(begin)
 
     def commit(self, end: dict) -> None:
         self._live().commit(from_offset(end))
