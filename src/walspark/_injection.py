@@ -8,7 +8,8 @@ or, in a ``walspark run`` child, by :data:`ACTION` naming an importable ``module
 With no action a point costs one check.
 
 The points (all on the driver): ``checkpoint-logged``, ``driver-batch-logged``,
-``driver-batch-applied`` (:mod:`walspark.pipeline.driver_batch`); ``copy-started`` (with the
+``driver-batch-applied`` (:mod:`walspark.pipeline.driver_batch`); ``head-start-claimed``
+(:mod:`walspark.pipeline.head_start`); ``copy-started`` (with the
 ``table``) and ``copy-committed``, with the copy's ``stop`` event, and ``copy-swapped`` (a side
 copy replaced its table, not yet recorded), with the ``table`` and ``stop``
 (:mod:`walspark.spark.tablesync.sync`);

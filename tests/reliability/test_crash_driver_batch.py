@@ -2,7 +2,7 @@
 
 A ``--once`` run that finds a few plain transactions applies them from the driver as the query's
 next micro-batch (:mod:`walspark.pipeline.driver_batch`), and the first run begins the query's
-checkpoint the same way. That opens three windows of its own, each reached exactly at its injection
+checkpoint the same way. That opens windows of its own, each reached exactly at its injection
 point: with ``WALSPARK_TEST_CRASH_AT`` naming it, the driver SIGKILLs its own process group there
 (``tests/support/walspark_injection_points.py``):
 
@@ -14,7 +14,10 @@ point: with ``WALSPARK_TEST_CRASH_AT`` naming it, the driver SIGKILLs its own pr
   restart's query must replay N+1 with the same range, from the staged segments the dead run
   left (the slot is not confirmed past N);
 - ``driver-batch-applied``: the Delta tables hold batch N+1, the commit log and the slot do not —
-  the replay must skip each table by Delta's transaction id N+1, never applying it twice.
+  the replay must skip each table by Delta's transaction id N+1, never applying it twice;
+- ``head-start-claimed``: the head start (:mod:`walspark.pipeline.head_start`) staged the pending
+  transactions while Spark started, and the run dies as it claims them: segments beyond the
+  checkpoint, nothing logged, the slot not confirmed — the restart's query reads them.
 
 Each round writes a few transactions of every kind (inserts, updates of TOASTed and plain
 columns, deletes, a truncate), dies at its window (the first round: the snapshot's run dies, then
@@ -35,7 +38,7 @@ from .support import ONCE_TIMEOUT, Pipeline, create_shop, delta_batches, mismatc
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-WINDOWS = ("driver-batch-logged", "driver-batch-applied")
+WINDOWS = ("driver-batch-logged", "driver-batch-applied", "head-start-claimed")
 
 
 def _write(dsn: str, round_: int) -> None:

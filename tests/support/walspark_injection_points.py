@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 #: The point at which the driver SIGKILLs its own process group (the JVM with it), logging
 #: ``injection point: killed at <name>``: a ``--once`` run's driver batches: ``checkpoint-logged``
 #: (a begun checkpoint's batch 0 planned, not committed), ``driver-batch-logged``,
-#: ``driver-batch-applied``.
+#: ``driver-batch-applied``, ``head-start-claimed`` (the backlog staged while Spark started).
 CRASH_AT = "WALSPARK_TEST_CRASH_AT"
 #: Seconds a table copy waits inside its snapshot before its COPY tasks start (``copy-started``),
 #: ended early once the file named by :data:`COPY_RELEASE` exists (the test releases it when it

@@ -37,7 +37,7 @@ def run(master: str | None, confs: tuple[str, ...], **options: Any) -> None:
         from walspark.pipeline.head_start import begin
         from walspark.spark.session import spark_session
 
-        head = begin(pipeline.settings())  # a --once run's backlog staged while Spark starts
+        head = begin(pipeline.settings(once=once))  # a --once run's backlog staged while Spark starts
         try:
             owned = SparkSession.getActiveSession() is None  # in-process callers (tests) keep their session
             began = time.monotonic()

@@ -246,8 +246,9 @@ class DecodeAhead:
     rows one after the other are the rows of one decode of the whole (tests/pipeline/
     test_pipeline_api.py checks the batch against the slot). A range past the planned end, one
     whose decoding failed, and what is staged after the last range are decoded by
-    :meth:`batches` in the caller's thread, which reports its errors as before. It stops past
-    :func:`read_bytes` of changes, a batch too big to be read here anyway.
+    :meth:`batches` in the caller's thread (beside the thread's last range), which reports
+    their errors as before. It stops past :func:`read_bytes` of changes, a batch too big to be
+    read here anyway.
     """
 
     def __init__(self, reader: Any, start: int) -> None:
@@ -258,6 +259,8 @@ class DecodeAhead:
         #: what :meth:`batches` took from the thread: rows, and ranges past the end left out
         self.rows_ahead = self.ranges_dropped = 0
         self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._decoding: int | None = None  # the end of the range the thread decodes now
         self._thread = threading.Thread(target=self._run, name="walspark-decode-ahead", daemon=True)
 
     def start(self) -> DecodeAhead:
@@ -267,40 +270,58 @@ class DecodeAhead:
 
     def stop(self) -> None:
         """End the thread (once the range it decodes is done)."""
-        self._halt.set()
+        with self._lock:
+            self._halt.set()
         if self._thread.is_alive():
             self._thread.join()
 
     def _run(self) -> None:
         covered, done, budget = self.begin, 0, read_bytes()
         try:
-            while not self._halt.is_set() and not (budget and done > budget):
+            while not (budget and done > budget):
                 upto, size = _range_after(self.reader.staged_transactions(covered))
+                with self._lock:
+                    if self._halt.is_set():
+                        return
+                    self._decoding = upto
                 if upto is None:
                     self.waiting.set()
                     self._halt.wait(AHEAD_POLL_SECONDS)
                     continue
                 self.waiting.clear()
-                self._ranges.append((upto, decoded(self.reader, self.reader.staged_partitions(covered, upto))))
+                batches = decoded(self.reader, self.reader.staged_partitions(covered, upto))
+                with self._lock:
+                    self._ranges.append((upto, batches))
+                    self._decoding = None
                 covered, done = upto, done + size
         except Exception as exc:  # noqa: BLE001 - the caller decodes this range again, and reports
             log.debug("decoding ahead stopped after %d range(s): %s", len(self._ranges), exc)
 
     def batches(self, end: int) -> list[Any]:
-        """The Arrow batches of the transactions ending in ``(begin, end]`` (all of them staged)."""
-        self.stop()
+        """The Arrow batches of the transactions ending in ``(begin, end]`` (all of them staged):
+        the ranges decoded; the rest decoded here, beside the thread's range under way."""
+        with self._lock:
+            self._halt.set()
+            ranges, decoding = list(self._ranges), self._decoding
         out, covered = [], self.begin
-        for upto, batches in self._ranges:
+        for upto, batches in ranges:
             if upto > end:
                 self.ranges_dropped += 1
                 continue
             out += batches
             covered = upto
+        middle = decoding if decoding is not None and decoding <= end else covered  # the thread's, to come
+        rest = decoded(self.reader, self.reader.staged_partitions(middle, end)) if middle < end else []
+        self.stop()
+        if middle > covered:
+            last = self._ranges[-1] if self._ranges else None
+            if last is not None and last[0] == middle:
+                out += last[1]
+            else:  # its decoding failed: here, reporting the error
+                out += decoded(self.reader, self.reader.staged_partitions(covered, middle))
         self.rows_ahead = sum(b.num_rows for b in out)
         log.debug("%d of the batch's rows decoded while it staged", self.rows_ahead)
-        if covered < end:
-            out += decoded(self.reader, self.reader.staged_partitions(covered, end))
-        return out
+        return out + rest
 
 
 class DriverReads:

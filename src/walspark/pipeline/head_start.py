@@ -79,6 +79,10 @@ class HeadStart:
         self._thread.join()
         if self.found is None:
             return None
+        if self.reader is not None:
+            from walspark import _injection
+
+            _injection.point("head-start-claimed")  # staged beyond the checkpoint, nothing logged or confirmed
         try:
             if (
                 options == self.options

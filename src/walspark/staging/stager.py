@@ -659,7 +659,6 @@ class Stager(TwoPhaseStaging):
                 self._flush_pending()
             return
         self.stats["transactions"] += 1
-        piece = SegmentBuilder()
         snapshot = (self._rels, self._types)
         touched: set[int] = set()
         dedicated = False
@@ -700,16 +699,16 @@ class Stager(TwoPhaseStaging):
                 datas.append(data)
                 nbytes += len(data)
                 if len(datas) >= max_rows or nbytes - piece_start >= max_bytes:
+                    piece = SegmentBuilder()  # a segment of this transaction alone
                     piece.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
                     if not dedicated:
                         self._flush_pending()
                         dedicated = True
                     written.append(self._write(piece, snapshot, touched, ()))
-                    piece, snapshot, touched = SegmentBuilder(), (self._rels, self._types), set()
+                    snapshot, touched = (self._rels, self._types), set()
                     lsns, seqs, streams, datas, piece_start = [], [], [], [], nbytes
         finally:
             txn.release()
-        piece.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
         if misfits:
             for seg in written:  # pieces of this transaction: never offered, remove them
                 seg.path.delete()
@@ -721,12 +720,15 @@ class Stager(TwoPhaseStaging):
         self._last_end = end
         self._last_activity = time.monotonic()
         if dedicated:
+            piece = SegmentBuilder()
+            piece.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
             self._write(piece, snapshot, touched, (entry,))
             return
         if not self._pending_entries:
             self._pending_snapshot = snapshot
             self._pending_since = time.monotonic()
-        self._pending.extend(piece)
+        # a small transaction's rows straight into the next segment's columns
+        self._pending.add_run(end, commit_lsn, xid, ts, origin, lsns, seqs, streams, datas, nbytes - piece_start)
         self._pending_touched |= touched
         self._pending_entries.append(entry)
         if self._pending.rows >= self.segment_max_rows or self._pending.bytes >= self.segment_max_bytes:
