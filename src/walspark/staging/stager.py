@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 _I, _U, _D, _T, _R, _Y, _M = (ord(c) for c in "IUDTRYM")
 _CHANGE_KINDS = frozenset((_I, _U, _D, _T))
+_ROW_KINDS = frozenset((_I, _U, _D))
 _MARKER = "walspark-staging.json"
 #: The highest idle keepalive position the stream reported as flushed (see _record_idle_confirm).
 _IDLE_MARK = "idle-confirmed"
@@ -674,12 +675,23 @@ class Stager(TwoPhaseStaging):
         streams: list[bool] = []
         datas: list[bytes] = []
         piece_start = 0  # nbytes when the piece began
+        checked: set[int] = set()  # relations whose shape in force is checked (until a Relation message)
+        wanted = self._wanted
         try:
             for seq, (lsn, in_stream, data) in enumerate(txn.messages()):
                 kind = data[0]
-                if kind in _CHANGE_KINDS:
+                if kind in _ROW_KINDS:  # one relation, its id after the kind (and a streamed block's xid)
+                    rid = int.from_bytes(data[5:9] if in_stream else data[1:5], "big")
+                    if table_mode and rid not in wanted:
+                        continue
+                    if rid not in checked:
+                        self._check_change(rid, misfits)
+                        checked.add(rid)
+                    touched.add(rid)
+                    changes += 1
+                elif kind == _T:
                     rids = relation_ids(data, in_stream)
-                    if table_mode and self._wanted.isdisjoint(rids):
+                    if table_mode and wanted.isdisjoint(rids):
                         continue
                     for rid in rids:
                         self._check_change(rid, misfits)
@@ -687,6 +699,7 @@ class Stager(TwoPhaseStaging):
                     changes += 1
                 elif kind == _R:
                     self._relation(lsn, in_stream, data)
+                    checked.clear()
                 elif kind == _Y:
                     self._type(lsn, in_stream, data)
                 elif kind == _M:
