@@ -73,13 +73,13 @@ def _run_queries(spark: SparkSession, settings: RunSettings, sink: Any, sync: An
     from pyspark.errors import StreamingQueryException
 
     from walspark.pipeline.driver_batch import DriverReads, source_options
+    from walspark.pipeline.head_start import barrier_before
     from walspark.spark.datasource.schema import is_schema_change
     from walspark.spark.lake.maintenance import MaintenanceSchedule
-    from walspark.staging.barrier import read_barrier
 
     starts = worker_failures = 0
     schedule = MaintenanceSchedule(settings.layout, settings.maintenance_hours)
-    barrier = read_barrier(settings.staging)  # a previous run's, if it stopped at one
+    barrier = barrier_before(settings)  # a previous run's, if it stopped at one
     tracker = tracker or Tracker()
     progress = progress or StreamProgress(settings.dsn, say, tracker=tracker)
 
@@ -176,10 +176,10 @@ def _skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
                 schedule: Any, say: Callable[[str], None], tracker: Tracker, progress: StreamProgress,
                 head: HeadStart | None) -> bool:  # fmt: skip
     from walspark.pipeline.driver_batch import APPLIED, BARRIER, apply_from_driver, begin_checkpoint, enabled
+    from walspark.pipeline.head_start import barrier_before
     from walspark.pipeline.idle import confirm_idle, pending
     from walspark.protocol import format_lsn
     from walspark.spark.datasource.source import PgoutputDataSource
-    from walspark.staging.barrier import read_barrier
 
     found = head.found if head is not None else pending(settings, sync.store)
     if found is None or (found.transactions and not enabled(settings, found)):
@@ -198,7 +198,7 @@ def _skip_query(spark: SparkSession, settings: RunSettings, sink: Any, sync: Any
         if tracker.state in ("starting", "snapshot"):
             tracker.phase("streaming")
         follow_catalog(spark, sink, schema, sync.published())  # as before a query
-        barrier, restarts = read_barrier(settings.staging), 0
+        barrier, restarts = barrier_before(settings), 0
         while (
             outcome := apply_from_driver(spark, settings, sink, source, schema, tracker, progress.report, reader, ahead)
         ) == BARRIER:
